@@ -1,0 +1,55 @@
+package authn
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+)
+
+// Credentials are what a request presented. Token is the bearer token
+// without the "Bearer " prefix; PeerCertificates is the verified client
+// certificate chain, leaf first, when the TLS handshake carried one.
+type Credentials struct {
+	Token            string
+	PeerCertificates []*x509.Certificate
+}
+
+// Caller is a proven workload identity.
+type Caller struct {
+	Namespace      string
+	ServiceAccount string
+	PodName        string // empty when the credential is not bound to a pod
+	PodUID         string
+	Method         string    // "tokenreview", "jwt" or "clientcert"
+	Expiry         time.Time // when the credential stops being valid; zero if unknown
+}
+
+// ID returns the caller's SPIFFE ID in trust domain td:
+// spiffe://<td>/ns/<namespace>/sa/<service-account>.
+func (c *Caller) ID(td spiffeid.TrustDomain) (spiffeid.ID, error) {
+	id, err := spiffeid.FromSegments(td, "ns", c.Namespace, "sa", c.ServiceAccount)
+	if err != nil {
+		return spiffeid.ID{}, fmt.Errorf("authn: caller %s/%s is not a valid SPIFFE path: %w", c.Namespace, c.ServiceAccount, err)
+	}
+	return id, nil
+}
+
+// String names the caller for logs: "ns/sa (method)".
+func (c *Caller) String() string {
+	return c.Namespace + "/" + c.ServiceAccount + " (" + c.Method + ")"
+}
+
+// Authenticator verifies credentials. It returns ErrNoCredentials when the
+// request carries nothing it understands (so that the next authenticator is
+// tried), a *ca.Error of kind Unauthenticated when the credential is bad, or
+// of kind Unavailable when it could not decide (an API server is down).
+type Authenticator interface {
+	Authenticate(ctx context.Context, creds Credentials) (*Caller, error)
+}
+
+// ErrNoCredentials means the authenticator found no credential of its kind.
+var ErrNoCredentials = errors.New("authn: no credentials of this kind")

@@ -1,0 +1,203 @@
+package clock
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// Clock tells the time and makes timers.
+type Clock interface {
+	Now() time.Time
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is the part of *time.Timer that meshid uses.
+type Timer interface {
+	C() <-chan time.Time
+	Stop() bool
+	Reset(d time.Duration) bool
+}
+
+// Real is the wall clock.
+type Real struct{}
+
+// Now returns time.Now().
+func (Real) Now() time.Time { return time.Now() }
+
+// NewTimer returns a real timer.
+func (Real) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) C() <-chan time.Time        { return r.t.C }
+func (r realTimer) Stop() bool                 { return r.t.Stop() }
+func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }
+
+// OrReal returns c, or Real when c is nil. Constructors use it to default
+// Config.Clock.
+func OrReal(c Clock) Clock {
+	if c == nil {
+		return Real{}
+	}
+	return c
+}
+
+// Fake is a manually advanced clock. Timers fire when Add or Set moves the
+// time past their deadline. It is safe for concurrent use.
+type Fake struct {
+	mu      sync.Mutex
+	now     time.Time
+	timers  []*fakeTimer
+	changed chan struct{} // closed and replaced whenever the set of timers changes
+}
+
+// NewFake returns a fake clock set to now.
+func NewFake(now time.Time) *Fake {
+	return &Fake{now: now, changed: make(chan struct{})}
+}
+
+// Now returns the fake time.
+func (f *Fake) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+// NewTimer returns a timer that fires when the fake time reaches now+d.
+func (f *Fake) NewTimer(d time.Duration) Timer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := &fakeTimer{f: f, c: make(chan time.Time, 1)}
+	t.deadline = f.now.Add(d)
+	if d <= 0 {
+		t.c <- f.now
+		return t
+	}
+	f.addLocked(t)
+	return t
+}
+
+// Add advances the clock by d and fires every timer whose deadline passed.
+func (f *Fake) Add(d time.Duration) {
+	f.mu.Lock()
+	f.now = f.now.Add(d)
+	f.fireLocked()
+	f.mu.Unlock()
+}
+
+// Set moves the clock to t (which may not be earlier than now) and fires
+// every timer whose deadline passed.
+func (f *Fake) Set(t time.Time) {
+	f.mu.Lock()
+	if t.After(f.now) {
+		f.now = t
+	}
+	f.fireLocked()
+	f.mu.Unlock()
+}
+
+// Waiters returns the number of pending timers.
+func (f *Fake) Waiters() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.timers)
+}
+
+// NextDeadline returns the earliest pending timer deadline, if any.
+func (f *Fake) NextDeadline() (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.timers) == 0 {
+		return time.Time{}, false
+	}
+	return f.timers[0].deadline, true
+}
+
+// WaitForWaiters blocks until at least n timers are pending or done is
+// closed. It returns false if done was closed first. Tests use it instead of
+// sleeping to know that a goroutine has parked on a timer.
+func (f *Fake) WaitForWaiters(n int, done <-chan struct{}) bool {
+	for {
+		f.mu.Lock()
+		if len(f.timers) >= n {
+			f.mu.Unlock()
+			return true
+		}
+		ch := f.changed
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-done:
+			return false
+		}
+	}
+}
+
+func (f *Fake) addLocked(t *fakeTimer) {
+	f.timers = append(f.timers, t)
+	sort.SliceStable(f.timers, func(i, j int) bool { return f.timers[i].deadline.Before(f.timers[j].deadline) })
+	f.notifyLocked()
+}
+
+func (f *Fake) removeLocked(t *fakeTimer) bool {
+	for i, x := range f.timers {
+		if x == t {
+			f.timers = append(f.timers[:i], f.timers[i+1:]...)
+			f.notifyLocked()
+			return true
+		}
+	}
+	return false
+}
+
+func (f *Fake) notifyLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func (f *Fake) fireLocked() {
+	fired := false
+	for len(f.timers) > 0 && !f.timers[0].deadline.After(f.now) {
+		t := f.timers[0]
+		f.timers = f.timers[1:]
+		select {
+		case t.c <- f.now:
+		default:
+		}
+		fired = true
+	}
+	if fired {
+		f.notifyLocked()
+	}
+}
+
+type fakeTimer struct {
+	f        *Fake
+	c        chan time.Time
+	deadline time.Time
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.c }
+
+func (t *fakeTimer) Stop() bool {
+	t.f.mu.Lock()
+	defer t.f.mu.Unlock()
+	return t.f.removeLocked(t)
+}
+
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	t.f.mu.Lock()
+	defer t.f.mu.Unlock()
+	active := t.f.removeLocked(t)
+	t.deadline = t.f.now.Add(d)
+	if d <= 0 {
+		select {
+		case t.c <- t.f.now:
+		default:
+		}
+		return active
+	}
+	t.f.addLocked(t)
+	return active
+}

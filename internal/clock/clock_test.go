@@ -1,0 +1,67 @@
+package clock_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/meshid/meshid/internal/clock"
+)
+
+func TestFakeTimers(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name    string
+		after   time.Duration
+		advance time.Duration
+		fired   bool
+	}{
+		{"before deadline", time.Minute, 59 * time.Second, false},
+		{"at deadline", time.Minute, time.Minute, true},
+		{"past deadline", time.Minute, time.Hour, true},
+		{"zero duration fires at once", 0, 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := clock.NewFake(t0)
+			tm := f.NewTimer(tc.after)
+			f.Add(tc.advance)
+			select {
+			case got := <-tm.C():
+				if !tc.fired {
+					t.Fatalf("timer fired at %v, want not fired", got)
+				}
+			default:
+				if tc.fired {
+					t.Fatal("timer did not fire")
+				}
+			}
+		})
+	}
+}
+
+func TestFakeStopResetWaiters(t *testing.T) {
+	f := clock.NewFake(time.Unix(0, 0))
+	tm := f.NewTimer(time.Second)
+	if got := f.Waiters(); got != 1 {
+		t.Fatalf("Waiters = %d, want 1", got)
+	}
+	if !tm.Stop() {
+		t.Fatal("Stop of pending timer returned false")
+	}
+	f.Add(time.Hour)
+	select {
+	case <-tm.C():
+		t.Fatal("stopped timer fired")
+	default:
+	}
+	tm.Reset(time.Second)
+	done := make(chan struct{})
+	if !f.WaitForWaiters(1, done) {
+		t.Fatal("WaitForWaiters returned false")
+	}
+	f.Add(time.Second)
+	<-tm.C()
+	if d, ok := f.NextDeadline(); ok {
+		t.Fatalf("unexpected pending deadline %v", d)
+	}
+}

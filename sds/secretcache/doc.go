@@ -1,0 +1,17 @@
+// Package secretcache is the agent's SecretManager: it holds the workload
+// certificate ("default") and the trust roots ("ROOTCA") obtained from the
+// CA, and file-mounted certificates ("file-cert:<cert>~<key>",
+// "file-root:<path>").
+//
+// A Manager generates a key in memory, sends a CSR carrying exactly the
+// workload's SPIFFE ID to a Signer (see package caclient), verifies the
+// answer and caches it. Concurrent first requests share one CSR. Run starts
+// the rotation scheduler, which renews at NotBefore + GraceRatio × lifetime
+// (± Jitter), retries CA failures with capped exponential backoff, and
+// watches mounted files with fsnotify. Every change is pushed to the
+// callbacks registered with Watch, which the SDS server turns into pushes to
+// the streams that asked for the name.
+//
+// All timing comes from the injected clock, so tests drive rotation, backoff
+// and expiry with a fake clock.
+package secretcache

@@ -1,0 +1,344 @@
+package secretcache
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
+)
+
+// Signer sends a CSR to a CA. caclient.Client implements it. It returns the
+// leaf followed by the intermediates, and the root bundle. Errors should
+// carry a gRPC status (the Manager logs and counts failures by code). Sign
+// must return within a bounded time; caclient applies its Timeout.
+type Signer interface {
+	Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) (chain, roots []*x509.Certificate, err error)
+}
+
+// Defaults.
+const (
+	DefaultTTL         = 24 * time.Hour
+	DefaultGraceRatio  = 0.5
+	DefaultJitter      = 0.01
+	DefaultBackoffBase = time.Second
+	DefaultBackoffMax  = time.Minute
+)
+
+// Config configures a Manager.
+type Config struct {
+	// Signer obtains certificates from the CA. Required.
+	Signer Signer
+	// ID is the workload identity requested in every CSR. Required.
+	ID spiffeid.ID
+	// KeyType is the workload key algorithm; empty means ec-p256.
+	KeyType certs.KeyType
+	// TTL is the requested certificate lifetime; 0 means 24h.
+	TTL time.Duration
+	// GraceRatio is the fraction of the lifetime after which the
+	// certificate is renewed; 0 means 0.5. Must be in (0,1].
+	GraceRatio float64
+	// Jitter is the ± fraction of the lifetime by which renewal moves at
+	// random; 0 means 0.01, a negative value disables jitter.
+	Jitter float64
+	// BackoffBase and BackoffMax bound the retry delay after a CA
+	// failure: BackoffBase doubles per consecutive failure up to
+	// BackoffMax, each delay shortened by up to 20% at random.
+	// 0 means 1s and 1m.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+
+	Clock      clock.Clock
+	Logger     *slog.Logger          // nil discards logs
+	Registerer prometheus.Registerer // nil registers no metrics
+}
+
+// Manager is the SecretManager. Its methods are safe for concurrent use.
+type Manager struct {
+	signer      Signer
+	id          spiffeid.ID
+	keyType     certs.KeyType
+	ttl         time.Duration
+	grace       float64
+	jitter      float64
+	backoffBase time.Duration
+	backoffMax  time.Duration
+	clock       clock.Clock
+	log         *slog.Logger
+	metrics     *metrics
+
+	cert  atomic.Pointer[Secret] // current default, possibly expired
+	roots atomic.Pointer[Secret] // current ROOTCA
+
+	mu       sync.Mutex
+	inflight *flight     // the CSR in progress, if any
+	renewAt  time.Time   // when the current default should be renewed
+	failures int         // consecutive CA failures
+	retryAt  time.Time   // non-zero while backing off
+	lastErr  error       // the last CA failure, while backing off
+	files    map[string]*fileEntry
+	byDir    map[string][]*fileEntry
+	watcher  *fsnotify.Watcher // set while Run runs
+	watched  map[string]bool   // directories added to watcher
+	running  bool
+
+	kick chan struct{} // wakes the scheduler after a state change
+
+	topicsMu sync.Mutex
+	topics   map[string]*topic
+}
+
+// flight is one CSR round trip shared by every caller that needs it.
+type flight struct {
+	done   chan struct{}
+	secret *Secret
+	err    error
+}
+
+// New validates cfg and returns a Manager. It starts nothing; call Run.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Signer == nil {
+		return nil, errors.New("secretcache: Config.Signer is required")
+	}
+	if cfg.ID.IsZero() {
+		return nil, errors.New("secretcache: Config.ID is required")
+	}
+	kt := cfg.KeyType
+	if kt == "" {
+		kt = certs.ECP256
+	}
+	switch kt {
+	case certs.ECP256, certs.ECP384, certs.RSA2048, certs.RSA3072, certs.RSA4096:
+	default:
+		return nil, fmt.Errorf("secretcache: unsupported workload key type %q (want ec-p256, ec-p384, rsa-2048 or rsa-3072)", kt)
+	}
+	if cfg.TTL < 0 {
+		return nil, errors.New("secretcache: Config.TTL must not be negative")
+	}
+	if cfg.GraceRatio < 0 || cfg.GraceRatio > 1 {
+		return nil, fmt.Errorf("secretcache: Config.GraceRatio %v outside (0,1]", cfg.GraceRatio)
+	}
+	if cfg.Jitter >= 0.5 {
+		return nil, fmt.Errorf("secretcache: Config.Jitter %v too large", cfg.Jitter)
+	}
+	if cfg.BackoffBase < 0 || cfg.BackoffMax < 0 {
+		return nil, errors.New("secretcache: backoff durations must not be negative")
+	}
+	m := &Manager{
+		signer:      cfg.Signer,
+		id:          cfg.ID,
+		keyType:     kt,
+		ttl:         orDefault(cfg.TTL, DefaultTTL),
+		grace:       cfg.GraceRatio,
+		jitter:      cfg.Jitter,
+		backoffBase: orDefault(cfg.BackoffBase, DefaultBackoffBase),
+		backoffMax:  orDefault(cfg.BackoffMax, DefaultBackoffMax),
+		clock:       clock.OrReal(cfg.Clock),
+		log:         cfg.Logger,
+		files:       map[string]*fileEntry{},
+		byDir:       map[string][]*fileEntry{},
+		watched:     map[string]bool{},
+		kick:        make(chan struct{}, 1),
+		topics:      map[string]*topic{},
+	}
+	if m.grace == 0 {
+		m.grace = DefaultGraceRatio
+	}
+	switch {
+	case m.jitter == 0:
+		m.jitter = DefaultJitter
+	case m.jitter < 0:
+		m.jitter = 0
+	}
+	if m.backoffMax < m.backoffBase {
+		m.backoffMax = m.backoffBase
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	m.log = m.log.With("component", "secretcache")
+	met, err := newMetrics(cfg.Registerer, m)
+	if err != nil {
+		return nil, err
+	}
+	m.metrics = met
+	return m, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// ID returns the workload identity.
+func (m *Manager) ID() spiffeid.ID { return m.id }
+
+// Secret returns the named secret: from memory when cached and unexpired,
+// otherwise it is produced (one CSR however many callers wait). It returns
+// an error wrapping ErrUnknownResource for a name it cannot serve, and one
+// wrapping ErrNotReady when the secret cannot be produced now; a Watch on the
+// name then reports it once it exists. An expired certificate is never
+// returned.
+func (m *Manager) Secret(ctx context.Context, name string) (*Secret, error) {
+	pn, err := parseName(name)
+	if err != nil {
+		return nil, err
+	}
+	switch pn.kind {
+	case kindDefault:
+		if s := m.cert.Load(); s != nil && m.clock.Now().Before(s.NotAfter) {
+			return s, nil
+		}
+		return m.obtain(ctx, false)
+	case kindRoot:
+		if r := m.roots.Load(); r != nil {
+			return r, nil
+		}
+		if _, err := m.obtain(ctx, false); err != nil {
+			return nil, err
+		}
+		if r := m.roots.Load(); r != nil {
+			return r, nil
+		}
+		return nil, fmt.Errorf("%w: %s", ErrNotReady, name)
+	default:
+		return m.fileSecret(name, pn)
+	}
+}
+
+// Ready reports whether an unexpired workload certificate is held, for
+// /readyz. It never contacts the CA.
+func (m *Manager) Ready() error {
+	s := m.cert.Load()
+	if s == nil {
+		return fmt.Errorf("%w: no workload certificate yet", ErrNotReady)
+	}
+	if !m.clock.Now().Before(s.NotAfter) {
+		return fmt.Errorf("%w: workload certificate expired at %s", ErrNotReady, s.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// Rotate renews the workload certificate now, whatever its age and any
+// backoff in progress, and pushes the result to the watchers.
+func (m *Manager) Rotate(ctx context.Context) error {
+	_, err := m.obtain(ctx, true)
+	return err
+}
+
+// obtain returns a valid default secret, joining the CSR in flight or
+// starting one. Unless force is set, a cached valid certificate is returned
+// and a backoff in progress is respected (ErrNotReady without a CSR).
+func (m *Manager) obtain(ctx context.Context, force bool) (*Secret, error) {
+	m.mu.Lock()
+	if !force {
+		// Re-check under mu: a flight that just finished installed its
+		// result before clearing m.inflight.
+		if s := m.cert.Load(); s != nil && m.clock.Now().Before(s.NotAfter) {
+			m.mu.Unlock()
+			return s, nil
+		}
+		if m.inflight == nil && !m.retryAt.IsZero() && m.clock.Now().Before(m.retryAt) {
+			err := m.lastErr
+			m.mu.Unlock()
+			return nil, fmt.Errorf("%w: CA request failed, retrying later: %w", ErrNotReady, err)
+		}
+	}
+	f := m.inflight
+	if f == nil {
+		f = &flight{done: make(chan struct{})}
+		m.inflight = f
+		// The CSR runs detached from this caller's cancellation, so that
+		// callers that joined it still get the result.
+		go m.fly(context.WithoutCancel(ctx), f)
+	}
+	m.mu.Unlock()
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if f.err != nil {
+		if force {
+			return nil, f.err
+		}
+		return nil, fmt.Errorf("%w: %w", ErrNotReady, f.err)
+	}
+	return f.secret, nil
+}
+
+// fly performs the CSR of f, installs the result or records the failure,
+// and pushes changes to the watchers.
+func (m *Manager) fly(ctx context.Context, f *flight) {
+	cert, roots, err := m.issue(ctx)
+	now := m.clock.Now()
+
+	m.mu.Lock()
+	rootsChanged := false
+	if err != nil {
+		m.failures++
+		delay := backoff(m.failures, m.backoffBase, m.backoffMax, randFloat())
+		m.retryAt = now.Add(delay)
+		m.lastErr = err
+		m.logFailure(err, m.failures, delay)
+	} else {
+		old := m.cert.Load()
+		m.cert.Store(cert)
+		if r := m.roots.Load(); r == nil || r.Version != roots.Version {
+			m.roots.Store(roots)
+			rootsChanged = true
+		}
+		m.failures, m.retryAt, m.lastErr = 0, time.Time{}, nil
+		m.renewAt = certs.RenewAt(cert.Chain[0].NotBefore, cert.NotAfter, m.grace, m.jitter)
+		m.log.Info("workload certificate issued",
+			"spiffe_id", m.id.String(), "serial", cert.Chain[0].SerialNumber.Text(16),
+			"not_after", cert.NotAfter.UTC(), "renew_at", m.renewAt.UTC(),
+			"rotation", old != nil, "roots_changed", rootsChanged)
+	}
+	f.secret, f.err = cert, err
+	m.inflight = nil
+	m.mu.Unlock()
+	close(f.done)
+	m.wake()
+
+	if err != nil {
+		m.metrics.caFailure(err)
+		return
+	}
+	m.metrics.rotations.Inc()
+	// Roots first: a peer must trust a new root before it sees a
+	// certificate issued under it.
+	if rootsChanged {
+		m.publish(RootName)
+	}
+	m.publish(DefaultName)
+}
+
+func (m *Manager) logFailure(err error, attempt int, delay time.Duration) {
+	attrs := []any{"error", err, "code", codeOf(err), "attempt", attempt, "retry_in", delay}
+	if s := m.cert.Load(); s != nil {
+		attrs = append(attrs, "cert_expires_in", s.NotAfter.Sub(m.clock.Now()))
+	}
+	m.log.Warn("CA request failed", attrs...)
+}
+
+// wake nudges the scheduler to recompute its next deadline.
+func (m *Manager) wake() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,138 @@
+package secretcache
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// topic holds the watchers of one resource name. Watchers live in a map so
+// that adding and cancelling cost O(1) with 10,000 of them; a push iterates a
+// snapshot slice that is rebuilt only after the set changed.
+type topic struct {
+	mu     sync.Mutex
+	nextID uint64
+	subs   map[uint64]*watcher
+	snap   []*watcher // nil when stale
+
+	pushMu      sync.Mutex // serialises pushes, so versions arrive in order
+	lastVersion string     // the version last pushed
+}
+
+type watcher struct {
+	fn  func(*Secret)
+	off atomic.Bool
+}
+
+// Watch registers notify to be called each time name's secret changes or
+// first becomes available. It does not call notify for the secret current at
+// registration: call Secret after Watch to get it (a secret that changes in
+// between is reported to notify). notify must not block, must not call back
+// into the Manager synchronously, and may be called from any goroutine; calls
+// for one name never overlap and arrive in version order. cancel stops the
+// notifications; a call already in progress may still complete.
+//
+// Watching a file-cert: or file-root: name starts watching its files.
+// Watching a name the Manager cannot serve is a no-op.
+func (m *Manager) Watch(name string, notify func(*Secret)) (cancel func()) {
+	pn, err := parseName(name)
+	if err != nil || notify == nil {
+		return func() {}
+	}
+	if pn.kind == kindFileCert || pn.kind == kindFileRoot {
+		m.trackFile(name, pn)
+	}
+	t := m.topic(name)
+	w := &watcher{fn: notify}
+	t.mu.Lock()
+	id := t.nextID
+	t.nextID++
+	t.subs[id] = w
+	t.snap = nil
+	t.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.off.Store(true)
+			t.mu.Lock()
+			delete(t.subs, id)
+			t.snap = nil
+			t.mu.Unlock()
+		})
+	}
+}
+
+// Watchers returns how many watchers name has.
+func (m *Manager) Watchers(name string) int {
+	m.topicsMu.Lock()
+	t := m.topics[name]
+	m.topicsMu.Unlock()
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.subs)
+}
+
+func (m *Manager) topic(name string) *topic {
+	m.topicsMu.Lock()
+	defer m.topicsMu.Unlock()
+	t := m.topics[name]
+	if t == nil {
+		t = &topic{subs: map[uint64]*watcher{}}
+		m.topics[name] = t
+	}
+	return t
+}
+
+// publish calls the watchers of name with its current secret, unless that
+// version was already pushed. Reading the current secret under pushMu (rather
+// than taking it as an argument) keeps a late push from delivering an older
+// version after a newer one.
+func (m *Manager) publish(name string) {
+	m.topicsMu.Lock()
+	t := m.topics[name]
+	m.topicsMu.Unlock()
+	if t == nil {
+		return
+	}
+	t.pushMu.Lock()
+	defer t.pushMu.Unlock()
+	s := m.current(name)
+	if s == nil || s.Version == t.lastVersion {
+		return
+	}
+	t.lastVersion = s.Version
+	t.mu.Lock()
+	if t.snap == nil {
+		t.snap = make([]*watcher, 0, len(t.subs))
+		for _, w := range t.subs {
+			t.snap = append(t.snap, w)
+		}
+	}
+	snap := t.snap
+	t.mu.Unlock()
+	for _, w := range snap {
+		if !w.off.Load() {
+			w.fn(s)
+		}
+	}
+	m.metrics.pushes.Add(float64(len(snap)))
+}
+
+// current returns the secret held for name, without producing it.
+func (m *Manager) current(name string) *Secret {
+	switch name {
+	case DefaultName:
+		return m.cert.Load()
+	case RootName:
+		return m.roots.Load()
+	}
+	m.mu.Lock()
+	e := m.files[name]
+	m.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	return e.cur.Load()
+}

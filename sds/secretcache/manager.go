@@ -82,11 +82,11 @@ type Manager struct {
 	roots atomic.Pointer[Secret] // current ROOTCA
 
 	mu       sync.Mutex
-	inflight *flight     // the CSR in progress, if any
-	renewAt  time.Time   // when the current default should be renewed
-	failures int         // consecutive CA failures
-	retryAt  time.Time   // non-zero while backing off
-	lastErr  error       // the last CA failure, while backing off
+	inflight *flight   // the CSR in progress, if any
+	renewAt  time.Time // when the current default should be renewed
+	failures int       // consecutive CA failures
+	retryAt  time.Time // non-zero while backing off
+	lastErr  error     // the last CA failure, while backing off
 	files    map[string]*fileEntry
 	byDir    map[string][]*fileEntry
 	watcher  *fsnotify.Watcher // set while Run runs

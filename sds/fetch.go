@@ -1,0 +1,68 @@
+package sds
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshid/meshid/sds/secretcache"
+)
+
+// FetchSecrets returns the requested secrets now, waiting (within the
+// request's deadline) for one being generated. An unknown name is NotFound,
+// one that cannot be produced now Unavailable.
+func (s *Server) FetchSecrets(ctx context.Context, req *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
+	if t := req.GetTypeUrl(); t != "" && t != SecretTypeURL {
+		s.metrics.bad.WithLabelValues(reasonTypeURL).Inc()
+		return nil, status.Errorf(codes.InvalidArgument, "sds: type_url %q is not %s", t, SecretTypeURL)
+	}
+	names := uniq(req.GetResourceNames())
+	if len(names) == 0 {
+		s.metrics.bad.WithLabelValues(reasonNoNames).Inc()
+		return nil, status.Error(codes.InvalidArgument, "sds: FetchSecrets needs resource_names")
+	}
+	spiffe := wantsSPIFFE(req.GetNode())
+	now := s.clock.Now()
+	resp := &discoveryv3.DiscoveryResponse{TypeUrl: SecretTypeURL, Resources: make([]*anypb.Any, 0, len(names))}
+	versions := make([]string, 0, len(names))
+	for _, name := range names {
+		sec, err := s.src.Secret(ctx, name)
+		if err != nil {
+			return nil, s.fetchError(name, err)
+		}
+		e, err := s.hub.memo.get(sec)
+		if err != nil {
+			s.log.Error("cannot build SDS resource", "resource", name, "error", err)
+			return nil, status.Errorf(codes.Internal, "sds: cannot encode %q", name)
+		}
+		if e.expired(now) {
+			return nil, status.Errorf(codes.Unavailable, "sds: %q has expired and no new certificate is available yet", name)
+		}
+		resp.Resources = append(resp.Resources, e.resource(spiffe))
+		versions = append(versions, e.version)
+	}
+	resp.VersionInfo = strings.Join(versions, ",")
+	resp.Nonce = strconv.FormatUint(s.fetches.Add(1), 10)
+	return resp, nil
+}
+
+func (s *Server) fetchError(name string, err error) error {
+	switch {
+	case errors.Is(err, secretcache.ErrUnknownResource):
+		s.metrics.bad.WithLabelValues(reasonUnknownResource).Inc()
+		s.log.Warn("SDS fetch of an unknown resource", "resource", name)
+		return status.Errorf(codes.NotFound, "sds: unknown resource %q", name)
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Errorf(codes.DeadlineExceeded, "sds: %q is not available yet", name)
+	case errors.Is(err, context.Canceled):
+		return status.Errorf(codes.Canceled, "sds: fetch of %q canceled", name)
+	}
+	// The cause may name the CA's error; it never holds a key or token.
+	return status.Errorf(codes.Unavailable, "sds: %q is not available: %v", name, err)
+}

@@ -1,0 +1,122 @@
+package sds
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+)
+
+// maxSocketPath is the longest path a Unix socket address holds on Linux
+// (sun_path is 108 bytes including the terminating NUL).
+const maxSocketPath = 107
+
+// listenUnix creates the socket at path with the given mode. It creates the
+// parent directory when missing (0700, or 0750 when the mode grants the
+// group access), removes a stale socket left by a dead agent, and refuses to
+// start when a live agent answers on path or path is not a socket.
+//
+// The socket is bound under a temporary name in the same directory, chmod-ed,
+// and then hard-linked to path, so that it never exists at path with the
+// umask's mode, and two agents racing for one path cannot both win: the
+// link fails when path exists. It returns the listener and the socket's file
+// info, used to remove only our own socket at shutdown.
+func listenUnix(path string, mode os.FileMode) (*net.UnixListener, os.FileInfo, error) {
+	if len(path) > maxSocketPath {
+		return nil, nil, fmt.Errorf("sds: socket path %q is %d bytes, longer than the %d a Unix socket allows", path, len(path), maxSocketPath)
+	}
+	dir := filepath.Dir(path)
+	dirMode := os.FileMode(0o700)
+	if mode&0o070 != 0 {
+		dirMode = 0o750
+	}
+	if err := os.MkdirAll(dir, dirMode); err != nil {
+		return nil, nil, fmt.Errorf("sds: create socket directory: %w", err)
+	}
+	if err := removeStale(path); err != nil {
+		return nil, nil, err
+	}
+
+	tmp := filepath.Join(dir, ".sds-"+strconv.Itoa(os.Getpid())+".tmp")
+	if len(tmp) > maxSocketPath {
+		// The temporary name does not fit: bind in place. The directory
+		// protects the socket until the chmod when we created it.
+		tmp = path
+	}
+	if tmp != path {
+		if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("sds: remove leftover %s: %w", tmp, err)
+		}
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, nil, fmt.Errorf("sds: listen on %s: %w", path, err)
+	}
+	// We remove the socket ourselves, by path and only if it is still ours.
+	ln.SetUnlinkOnClose(false)
+	fail := func(err error) (*net.UnixListener, os.FileInfo, error) {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, nil, err
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return fail(fmt.Errorf("sds: chmod socket: %w", err))
+	}
+	if tmp != path {
+		if err := os.Link(tmp, path); err != nil {
+			if errors.Is(err, os.ErrExist) {
+				return fail(fmt.Errorf("sds: %s appeared while starting; another agent is starting on it", path))
+			}
+			return fail(fmt.Errorf("sds: link socket to %s: %w", path, err))
+		}
+		if err := os.Remove(tmp); err != nil {
+			os.Remove(path)
+			return fail(fmt.Errorf("sds: remove %s: %w", tmp, err))
+		}
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fail(fmt.Errorf("sds: stat socket: %w", err))
+	}
+	return ln, fi, nil
+}
+
+// removeStale removes path if it is a socket nobody listens on. It refuses
+// when an agent answers or path is something else than a socket.
+func removeStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sds: stat %s: %w", path, err)
+	}
+	if fi.Mode().Type() != os.ModeSocket {
+		return fmt.Errorf("sds: %s exists and is not a socket; refusing to replace it", path)
+	}
+	// Connecting to a Unix socket does not wait: it succeeds when someone
+	// listens and fails with ECONNREFUSED when the socket is stale.
+	c, err := net.Dial("unix", path)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("sds: another agent is serving on %s; refusing to start", path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("sds: probing %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("sds: remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// removeSocket removes path if it is still the socket described by ours.
+func removeSocket(path string, ours os.FileInfo) {
+	fi, err := os.Lstat(path)
+	if err == nil && os.SameFile(fi, ours) {
+		os.Remove(path)
+	}
+}

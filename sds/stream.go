@@ -1,0 +1,198 @@
+package sds
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// producer computes a stream's next response. nextLocked is called with the
+// stream's mu held; it updates the stream's record of what was sent and
+// returns nil when there is nothing to send.
+type producer interface {
+	nextLocked() any
+}
+
+// stream is the part of a SotW or delta stream that schedules sends. A
+// stream has no goroutine of its own while idle: kick starts a sender
+// goroutine when there is none, and it exits once nothing is left to send.
+type stream struct {
+	srv *Server
+	gs  grpc.ServerStream
+	p   producer
+	log *slog.Logger
+
+	mu        sync.Mutex
+	closed    bool   // the handler is returning; send nothing more
+	sending   bool   // a sender goroutine runs
+	nonces    uint64 // responses sent
+	lastNonce string // nonce of the latest response
+	nodeSeen  bool   // the first request was handled
+	spiffe    bool   // root secrets in the SPIFFE validator form
+	wg        sync.WaitGroup
+}
+
+func (s *stream) init(srv *Server, gs grpc.ServerStream, p producer, api string) {
+	s.srv, s.gs, s.p = srv, gs, p
+	s.log = srv.log.With("api", api)
+}
+
+// kick implements subscriber.
+func (s *stream) kick() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.sending {
+		return // a running sender re-checks the state before it exits
+	}
+	s.sending = true
+	s.wg.Add(1)
+	go s.sendLoop()
+}
+
+func (s *stream) sendLoop() {
+	defer s.wg.Done()
+	for {
+		s.mu.Lock()
+		var msg any
+		if !s.closed {
+			msg = s.p.nextLocked()
+		}
+		if msg == nil {
+			s.sending = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		// Only this goroutine sends, so SendMsg is never concurrent.
+		if err := s.gs.SendMsg(msg); err != nil {
+			s.log.Debug("SDS send failed; the stream is ending", "error", err)
+			s.mu.Lock()
+			s.sending = false
+			s.closed = true
+			s.mu.Unlock()
+			return
+		}
+		s.srv.metrics.pushes.Inc()
+	}
+}
+
+// newNonceLocked returns a fresh nonce for the next response.
+func (s *stream) newNonceLocked() string {
+	s.nonces++
+	s.lastNonce = strconv.FormatUint(s.nonces, 10)
+	return s.lastNonce
+}
+
+// checkType reports whether a request's type is Secret. An empty type is
+// accepted: outside ADS the type is implied by the service.
+func (s *stream) checkType(typeURL string) bool {
+	if typeURL == "" || typeURL == SecretTypeURL {
+		return true
+	}
+	s.srv.metrics.bad.WithLabelValues(reasonTypeURL).Inc()
+	s.log.Warn("ignoring SDS request for another type", "type_url", typeURL)
+	return false
+}
+
+// firstRequest reads the node of the first request on the stream (the only
+// one guaranteed to carry it).
+func (s *stream) firstRequest(node *corev3.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nodeSeen {
+		return
+	}
+	s.nodeSeen = true
+	s.spiffe = wantsSPIFFE(node)
+	if node.GetId() != "" {
+		s.log = s.log.With("node", node.GetId())
+	}
+	s.log.Debug("SDS stream opened", "spiffe_validator", s.spiffe)
+}
+
+// ackLocked accounts a request that carries the latest nonce: an ACK, or a
+// NACK when it has error_detail. what describes the latest response.
+func (s *stream) ackLocked(detail *status.Status, what ...any) {
+	if detail == nil {
+		s.srv.metrics.acks.Inc()
+		return
+	}
+	s.srv.metrics.nacks.Inc()
+	args := append([]any{"code", codes.Code(detail.GetCode()).String(), "error", detail.GetMessage()}, what...)
+	s.log.Warn("SDS client rejected a response (NACK); it is not sent again, only a newer version is", args...)
+}
+
+// stale accounts a request whose nonce is not the latest.
+func (s *stream) stale(nonce string) {
+	s.srv.metrics.stale.Inc()
+	s.log.Debug("stale SDS request", "response_nonce", nonce)
+}
+
+// unknownLocked accounts a subscribed name the Source does not know.
+func (s *stream) unknownLocked(name string) {
+	s.srv.metrics.bad.WithLabelValues(reasonUnknownResource).Inc()
+	s.log.Warn("SDS client asked for an unknown resource", "resource", name)
+}
+
+// close stops sending and waits for the sender goroutine. The caller then
+// drops its subscriptions.
+func (s *stream) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// recvEnd turns the error that ended Recv into the handler's result.
+func recvEnd(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	if st, ok := grpcstatus.FromError(err); ok && st.Code() == codes.Canceled {
+		return nil
+	}
+	return err
+}
+
+// wantsSPIFFE reads the SPIFFE validator switch from node metadata.
+func wantsSPIFFE(node *corev3.Node) bool {
+	v := node.GetMetadata().GetFields()[SPIFFEValidatorMetadataKey]
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_BoolValue:
+		return k.BoolValue
+	case *structpb.Value_StringValue:
+		return strings.EqualFold(k.StringValue, "true")
+	}
+	return false
+}
+
+// uniq returns names without duplicates and empty strings, in order.
+func uniq(names []string) []string {
+	out := make([]string, 0, len(names))
+	for i, n := range names {
+		if n == "" {
+			continue
+		}
+		dup := false
+		for _, m := range names[:i] {
+			if m == n {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			out = append(out, n)
+		}
+	}
+	return out
+}

@@ -1,0 +1,113 @@
+package caload
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/meshid/meshid/internal/bench/latency"
+)
+
+// Report is the outcome of one run at one concurrency.
+type Report struct {
+	Concurrency int
+	KeyType     string
+	Pregen      bool
+	Identities  int
+	Elapsed     time.Duration
+	// Requests counts completed requests, OK those that returned a chain.
+	Requests int
+	OK       int
+	// Errors counts failed requests by gRPC code name ("Unauthenticated",
+	// "ResourceExhausted", ...) or CodeBadResponse.
+	Errors map[string]int
+	// Throughput is successful issuances per second of Elapsed.
+	Throughput float64
+	// Latency summarises the successful requests.
+	Latency latency.Summary
+}
+
+type reportJSON struct {
+	Concurrency    int             `json:"concurrency"`
+	KeyType        string          `json:"key_type"`
+	Pregen         bool            `json:"pregen_keys"`
+	Identities     int             `json:"identities"`
+	ElapsedSeconds float64         `json:"elapsed_s"`
+	Requests       int             `json:"requests"`
+	OK             int             `json:"ok"`
+	Errors         map[string]int  `json:"errors"`
+	Throughput     float64         `json:"certs_per_second"`
+	Latency        latency.Summary `json:"latency"`
+}
+
+// MarshalJSON renders the report with snake_case names, elapsed_s in seconds,
+// certs_per_second, and latency in milliseconds; errors is always an object.
+func (r *Report) MarshalJSON() ([]byte, error) {
+	errs := r.Errors
+	if errs == nil {
+		errs = map[string]int{}
+	}
+	return json.Marshal(reportJSON{
+		Concurrency: r.Concurrency, KeyType: r.KeyType, Pregen: r.Pregen, Identities: r.Identities,
+		ElapsedSeconds: math.Round(r.Elapsed.Seconds()*1e6) / 1e6,
+		Requests:       r.Requests, OK: r.OK, Errors: errs,
+		Throughput: math.Round(r.Throughput*10) / 10,
+		Latency:    r.Latency,
+	})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (r *Report) UnmarshalJSON(b []byte) error {
+	var j reportJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return fmt.Errorf("caload: %w", err)
+	}
+	*r = Report{
+		Concurrency: j.Concurrency, KeyType: j.KeyType, Pregen: j.Pregen, Identities: j.Identities,
+		Elapsed:  time.Duration(math.Round(j.ElapsedSeconds * float64(time.Second))),
+		Requests: j.Requests, OK: j.OK, Errors: j.Errors, Throughput: j.Throughput, Latency: j.Latency,
+	}
+	return nil
+}
+
+// FormatErrors renders errors by code as "Code=n Code=n" in code order, or
+// "-" when there are none.
+func FormatErrors(errs map[string]int) string {
+	codes := make([]string, 0, len(errs))
+	for c, n := range errs {
+		if n > 0 {
+			codes = append(codes, c)
+		}
+	}
+	if len(codes) == 0 {
+		return "-"
+	}
+	slices.Sort(codes)
+	var b strings.Builder
+	for i, c := range codes {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%d", c, errs[c])
+	}
+	return b.String()
+}
+
+// WriteTable writes one row per report: concurrency, requests, successes,
+// certificates per second, latency percentiles and errors by code.
+func WriteTable(w io.Writer, reports []*Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONCURRENCY\tREQUESTS\tOK\tCERTS/S\tP50\tP90\tP99\tMAX\tERRORS")
+	for _, r := range reports {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\n",
+			r.Concurrency, r.Requests, r.OK, r.Throughput,
+			latency.Format(r.Latency.P50), latency.Format(r.Latency.P90),
+			latency.Format(r.Latency.P99), latency.Format(r.Latency.Max), FormatErrors(r.Errors))
+	}
+	return tw.Flush()
+}

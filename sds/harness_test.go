@@ -1,0 +1,285 @@
+package sds_test
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/sds"
+)
+
+// harness is a running Server on a real Unix socket and a client of it.
+type harness struct {
+	srv    *sds.Server
+	reg    *prometheus.Registry
+	logs   *logRecorder
+	path   string
+	client secretv3.SecretDiscoveryServiceClient
+	cancel context.CancelFunc
+	done   chan error
+}
+
+type harnessOpt func(*sds.Config)
+
+func withClock(c clock.Clock) harnessOpt { return func(cfg *sds.Config) { cfg.Clock = c } }
+
+func start(t testing.TB, src sds.Source, opts ...harnessOpt) *harness {
+	t.Helper()
+	h := &harness{reg: prometheus.NewRegistry(), logs: newLogRecorder()}
+	h.path = filepath.Join(shortTempDir(t), "run", "sds.sock")
+	cfg := sds.Config{
+		Source:     src,
+		SocketPath: h.path,
+		Logger:     slog.New(h.logs),
+		Registerer: h.reg,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := sds.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	h.srv = srv
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan error, 1)
+	go func() { h.done <- srv.Run(ctx) }()
+	t.Cleanup(h.stop(t))
+	h.client = secretv3.NewSecretDiscoveryServiceClient(dial(t, h.path))
+	return h
+}
+
+// stop returns the cleanup that stops the server and checks Run's result.
+func (h *harness) stop(t testing.TB) func() {
+	return func() {
+		h.cancel()
+		select {
+		case err := <-h.done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(guard):
+			t.Errorf("Run did not return")
+		}
+	}
+}
+
+func dial(t testing.TB, path string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func (h *harness) metric(t testing.TB, name string, labels ...string) float64 {
+	t.Helper()
+	return metric(t, h.reg, name, labels...)
+}
+
+// sotwClient drives a StreamSecrets stream like Envoy does.
+type sotwClient struct {
+	t    testing.TB
+	s    grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
+	node *corev3.Node
+	sent bool
+
+	names   []string
+	nonce   string // of the latest response received
+	version string // accepted version
+}
+
+func newSotw(t testing.TB, c secretv3.SecretDiscoveryServiceClient, node *corev3.Node) *sotwClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	t.Cleanup(cancel)
+	s, err := c.StreamSecrets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node == nil {
+		node = &corev3.Node{Id: "sidecar~10.0.0.1~pod.default~default.svc.cluster.local"}
+	}
+	return &sotwClient{t: t, s: s, node: node}
+}
+
+// send sends a raw request; the first one carries the node.
+func (c *sotwClient) send(req *discoveryv3.DiscoveryRequest) {
+	c.t.Helper()
+	if !c.sent {
+		req.Node = c.node
+		c.sent = true
+	}
+	if err := c.s.Send(req); err != nil {
+		c.t.Fatalf("send: %v", err)
+	}
+}
+
+// request subscribes to names, acknowledging the latest response.
+func (c *sotwClient) request(names ...string) {
+	c.t.Helper()
+	c.names = names
+	c.send(&discoveryv3.DiscoveryRequest{TypeUrl: sds.SecretTypeURL, ResourceNames: names, VersionInfo: c.version, ResponseNonce: c.nonce})
+}
+
+// ack acknowledges the latest response.
+func (c *sotwClient) ack() { c.t.Helper(); c.request(c.names...) }
+
+// nack rejects the latest response.
+func (c *sotwClient) nack() {
+	c.t.Helper()
+	c.send(&discoveryv3.DiscoveryRequest{
+		TypeUrl: sds.SecretTypeURL, ResourceNames: c.names, VersionInfo: c.version, ResponseNonce: c.nonce,
+		ErrorDetail: &rpcstatus.Status{Code: 3, Message: "test: bad certificate"},
+	})
+}
+
+// recv returns the next response, recording its nonce and version.
+func (c *sotwClient) recv() *discoveryv3.DiscoveryResponse {
+	c.t.Helper()
+	r, err := c.s.Recv()
+	if err != nil {
+		c.t.Fatalf("recv: %v", err)
+	}
+	if r.GetNonce() == "" || r.GetVersionInfo() == "" || r.GetTypeUrl() != sds.SecretTypeURL {
+		c.t.Fatalf("response lacks nonce, version or type: %v", r)
+	}
+	c.nonce, c.version = r.GetNonce(), r.GetVersionInfo()
+	return r
+}
+
+// recvSecret returns the single secret of the next response.
+func (c *sotwClient) recvSecret() *tlsv3.Secret {
+	c.t.Helper()
+	r := c.recv()
+	if len(r.GetResources()) != 1 {
+		c.t.Fatalf("response has %d resources, want 1", len(r.GetResources()))
+	}
+	return unpack(c.t, r.GetResources()[0])
+}
+
+// recvNamed receives responses until all names arrived (in any order).
+func (c *sotwClient) recvNamed(names ...string) map[string]*tlsv3.Secret {
+	c.t.Helper()
+	got := map[string]*tlsv3.Secret{}
+	for len(got) < len(names) {
+		s := c.recvSecret()
+		if !contains(names, s.GetName()) || got[s.GetName()] != nil {
+			c.t.Fatalf("received %q, want one of %v once each", s.GetName(), names)
+		}
+		got[s.GetName()] = s
+	}
+	return got
+}
+
+func contains(names []string, n string) bool {
+	for _, m := range names {
+		if m == n {
+			return true
+		}
+	}
+	return false
+}
+
+func unpack(t testing.TB, a *anypb.Any) *tlsv3.Secret {
+	t.Helper()
+	if a.GetTypeUrl() != sds.SecretTypeURL {
+		t.Fatalf("resource type %q", a.GetTypeUrl())
+	}
+	s := &tlsv3.Secret{}
+	if err := a.UnmarshalTo(s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// tlsCert parses a TlsCertificate secret.
+func tlsCert(t testing.TB, s *tlsv3.Secret) ([]*x509.Certificate, crypto.Signer) {
+	t.Helper()
+	tc := s.GetTlsCertificate()
+	if tc == nil {
+		t.Fatalf("secret %q is not a TlsCertificate: %v", s.GetName(), s)
+	}
+	chain, err := certs.ParseCertificates(tc.GetCertificateChain().GetInlineBytes())
+	if err != nil {
+		t.Fatalf("certificate chain: %v", err)
+	}
+	key, err := certs.ParsePrivateKey(tc.GetPrivateKey().GetInlineBytes())
+	if err != nil {
+		t.Fatalf("private key: %v", err)
+	}
+	return chain, key
+}
+
+// trustedCA parses a CertificateValidationContext secret's trusted_ca.
+func trustedCA(t testing.TB, s *tlsv3.Secret) []*x509.Certificate {
+	t.Helper()
+	vc := s.GetValidationContext()
+	if vc == nil || vc.GetTrustedCa() == nil {
+		t.Fatalf("secret %q has no trusted_ca: %v", s.GetName(), s)
+	}
+	roots, err := certs.ParseCertificates(vc.GetTrustedCa().GetInlineBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return roots
+}
+
+// verifySVID checks that chain and key form an X509-SVID for testID under
+// roots, with go-spiffe.
+func verifySVID(t testing.TB, chain []*x509.Certificate, key crypto.Signer, roots []*x509.Certificate) {
+	t.Helper()
+	id, _, err := x509svid.Verify(chain, x509bundle.FromX509Authorities(testTD, roots))
+	if err != nil {
+		t.Fatalf("chain does not verify: %v", err)
+	}
+	if id != testID {
+		t.Fatalf("SPIFFE ID %s, want %s", id, testID)
+	}
+	if !certs.KeyMatches(chain[0].PublicKey, key) {
+		t.Fatal("private key does not match the leaf")
+	}
+}
+
+func serial(c *x509.Certificate) string { return c.SerialNumber.Text(16) }
+
+// spiffeNode is a node asking for the SPIFFE validator form of roots.
+func spiffeNode(v *structpb.Value) *corev3.Node {
+	return &corev3.Node{Id: "spiffe-node", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+		sds.SPIFFEValidatorMetadataKey: v,
+	}}}
+}
+
+func idOf(t testing.TB, c *x509.Certificate) spiffeid.ID {
+	t.Helper()
+	id, err := x509svid.IDFromCert(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}

@@ -1,0 +1,320 @@
+package ca
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
+)
+
+// Defaults, as in Istio (DEFAULT_WORKLOAD_CERT_TTL, MAX_WORKLOAD_CERT_TTL).
+const (
+	DefaultTTL       = 24 * time.Hour
+	DefaultMaxTTL    = 90 * 24 * time.Hour
+	DefaultClockSkew = time.Minute
+)
+
+// Config configures an Authority.
+type Config struct {
+	TrustDomain spiffeid.TrustDomain
+	Bundle      *keystore.Bundle
+	DefaultTTL  time.Duration // 0 -> 24h
+	MaxTTL      time.Duration // 0 -> 2160h (90d)
+	ClockSkew   time.Duration // NotBefore backdating; 0 -> 1m
+	Clock       clock.Clock
+	Logger      *slog.Logger          // nil -> slog.Default(); audit lines go here
+	Registerer  prometheus.Registerer // nil -> no metrics registered
+}
+
+// Authority signs leaf certificates for proven SPIFFE identities. Sign is
+// safe for concurrent use and takes no lock: the CA material is an
+// immutable snapshot behind an atomic pointer, replaced by SetBundle.
+type Authority struct {
+	td         spiffeid.TrustDomain
+	defaultTTL time.Duration
+	maxTTL     time.Duration
+	skew       time.Duration
+	clock      clock.Clock
+	log        *slog.Logger
+	metrics    *metrics
+	state      atomic.Pointer[issuer]
+}
+
+// Request asks for a leaf certificate.
+type Request struct {
+	// CSR is the request, as returned by ParseCSR, which has checked its
+	// signature. (A CSR from elsewhere has its signature checked by Sign.)
+	CSR    *x509.CertificateRequest
+	ID     spiffeid.ID   // the identity the caller PROVED (from authn)
+	Caller string        // for the audit log, e.g. "ns/sa (jwt)"
+	TTL    time.Duration // 0 = default; > MaxTTL = InvalidArgument
+}
+
+// Issued is a signed leaf with what a client needs to present and verify it.
+// Chain and Roots are shared between requests: do not modify their elements.
+type Issued struct {
+	Leaf  *x509.Certificate
+	Chain []*x509.Certificate // Cert of the bundle (if not a root) then Intermediates, i.e. everything between leaf and roots
+	Roots []*x509.Certificate
+}
+
+// New returns an Authority that signs with cfg.Bundle.
+func New(cfg Config) (*Authority, error) {
+	if cfg.TrustDomain.IsZero() {
+		return nil, errors.New("ca: trust domain is required")
+	}
+	if cfg.Bundle == nil {
+		return nil, errors.New("ca: CA bundle is required")
+	}
+	if cfg.DefaultTTL == 0 {
+		cfg.DefaultTTL = DefaultTTL
+	}
+	if cfg.MaxTTL == 0 {
+		cfg.MaxTTL = DefaultMaxTTL
+	}
+	if cfg.ClockSkew == 0 {
+		cfg.ClockSkew = DefaultClockSkew
+	}
+	switch {
+	case cfg.DefaultTTL < 0 || cfg.MaxTTL < 0 || cfg.ClockSkew < 0:
+		return nil, errors.New("ca: TTLs and clock skew must not be negative")
+	case cfg.DefaultTTL > cfg.MaxTTL:
+		return nil, fmt.Errorf("ca: default TTL %v exceeds the maximum TTL %v", cfg.DefaultTTL, cfg.MaxTTL)
+	}
+	a := &Authority{
+		td:         cfg.TrustDomain,
+		defaultTTL: cfg.DefaultTTL,
+		maxTTL:     cfg.MaxTTL,
+		skew:       cfg.ClockSkew,
+		clock:      clock.OrReal(cfg.Clock),
+		log:        cfg.Logger,
+	}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	if err := a.SetBundle(cfg.Bundle); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer, a.state.Load)
+	if err != nil {
+		return nil, fmt.Errorf("ca: metrics: %w", err)
+	}
+	a.metrics = m
+	return a, nil
+}
+
+// TrustDomain returns the trust domain the Authority issues identities in.
+func (a *Authority) TrustDomain() spiffeid.TrustDomain { return a.td }
+
+// Bundle returns the CA material in use.
+func (a *Authority) Bundle() *keystore.Bundle { return a.state.Load().bundle }
+
+// SetBundle validates b and switches signing to it. Requests already being
+// signed finish with the previous bundle. The bundle must not be modified
+// afterwards.
+func (a *Authority) SetBundle(b *keystore.Bundle) error {
+	now := a.clock.Now()
+	if err := b.Validate(now); err != nil {
+		return fmt.Errorf("ca: %w", err)
+	}
+	is, err := newIssuer(b)
+	if err != nil {
+		return fmt.Errorf("ca: %w", err)
+	}
+	if err := is.probe(now); err != nil {
+		return fmt.Errorf("ca: CA key cannot sign leaves: %w", err)
+	}
+	a.state.Store(is)
+	a.log.Info("CA bundle in use",
+		slog.String("subject", b.Cert.Subject.String()),
+		slog.String("key", certs.KeyTypeOf(b.Cert.PublicKey)),
+		slog.Time("not_after", b.Cert.NotAfter),
+		slog.Int("intermediates", len(b.Intermediates)),
+		slog.Int("roots", len(b.Roots)))
+	return nil
+}
+
+// Sign applies the CSR policy to req and signs a leaf for req.ID. A CSR
+// that breaks the policy is InvalidArgument; one that asks for another
+// identity is PermissionDenied.
+func (a *Authority) Sign(ctx context.Context, req Request) (*Issued, error) {
+	start := a.clock.Now()
+	is := a.state.Load()
+	leaf, err := a.sign(ctx, is, req, start)
+	if err != nil {
+		reason := reasonInternal
+		if r := (*rejection)(nil); errors.As(err, &r) {
+			reason = r.reason
+		}
+		a.metrics.failures[reason].Inc()
+		level := slog.LevelInfo
+		if KindOf(err) == KindPermissionDenied || KindOf(err) == KindInternal {
+			level = slog.LevelWarn
+		}
+		a.log.LogAttrs(ctx, level, "certificate request refused",
+			slog.String("spiffe_id", req.ID.String()),
+			slog.String("caller", req.Caller),
+			slog.String("reason", reason),
+			slog.String("error", err.Error()))
+		return nil, err
+	}
+	a.metrics.issued.Inc()
+	a.metrics.duration.Observe(a.clock.Now().Sub(start).Seconds())
+	a.audit(ctx, "certificate issued", leaf, req.ID.String(), req.Caller)
+	return &Issued{Leaf: leaf, Chain: is.chain, Roots: is.roots}, nil
+}
+
+func (a *Authority) sign(ctx context.Context, is *issuer, req Request, now time.Time) (*x509.Certificate, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &rejection{reason: reasonUnavailable, err: &Error{Kind: KindUnavailable, Msg: "request canceled", Err: err}}
+	}
+	if req.ID.IsZero() {
+		return nil, Errorf(KindInternal, "request has no caller identity")
+	}
+	if req.ID.TrustDomain() != a.td {
+		return nil, reject(reasonIdentity, KindPermissionDenied, "identity %q is not in trust domain %q", req.ID.String(), a.td.Name())
+	}
+	if req.CSR == nil {
+		return nil, reject(reasonBadCSR, KindInvalidArgument, "request has no CSR")
+	}
+	if !isVerified(req.CSR) {
+		if err := req.CSR.CheckSignature(); err != nil {
+			return nil, &rejection{reason: reasonBadCSR, err: &Error{Kind: KindInvalidArgument, Msg: "CSR signature does not verify", Err: err}}
+		}
+	}
+	if err := checkCSR(req.CSR, req.ID); err != nil {
+		return nil, err
+	}
+	notBefore, notAfter, err := a.validity(is, now, req.TTL)
+	if err != nil {
+		return nil, err
+	}
+	spki, err := x509.MarshalPKIXPublicKey(req.CSR.PublicKey)
+	if err != nil {
+		return nil, reject(reasonWeakKey, KindInvalidArgument, "CSR public key cannot be encoded")
+	}
+	serial, err := certs.NewSerial()
+	if err != nil {
+		return nil, Wrap(KindInternal, err, "serial number")
+	}
+	_, isRSA := req.CSR.PublicKey.(*rsa.PublicKey)
+	leaf, err := is.issue(&leafSpec{
+		serial:    serial,
+		notBefore: notBefore,
+		notAfter:  notAfter,
+		spki:      spki,
+		rsaKey:    isRSA,
+		uri:       req.ID.String(),
+	})
+	if err != nil {
+		return nil, Wrap(KindInternal, err, "signing failed")
+	}
+	return leaf, nil
+}
+
+// validity returns the leaf's NotBefore (now minus the clock skew, but not
+// before the issuer's) and NotAfter (now plus ttl, but not after anything on
+// the path to the root).
+func (a *Authority) validity(is *issuer, now time.Time, ttl time.Duration) (time.Time, time.Time, error) {
+	switch {
+	case ttl < 0:
+		return time.Time{}, time.Time{}, reject(reasonTTL, KindInvalidArgument, "requested TTL %v is negative", ttl)
+	case ttl == 0:
+		ttl = a.defaultTTL
+	case ttl > a.maxTTL:
+		return time.Time{}, time.Time{}, reject(reasonTTL, KindInvalidArgument, "requested TTL %v exceeds the maximum %v", ttl, a.maxTTL)
+	}
+	if !now.Before(is.notAfter) {
+		return time.Time{}, time.Time{}, reject(reasonUnavailable, KindUnavailable, "CA certificate chain expired at %s", is.notAfter.UTC().Format(time.RFC3339))
+	}
+	notBefore := now.Add(-a.skew)
+	if notBefore.Before(is.cert.NotBefore) {
+		notBefore = is.cert.NotBefore
+	}
+	notAfter := now.Add(ttl)
+	if notAfter.After(is.notAfter) {
+		notAfter = is.notAfter
+	}
+	return notBefore, notAfter, nil
+}
+
+// IssueServing issues the TLS serving certificate of the CA's own gRPC
+// endpoint for pub, with the given DNS and IP SANs. It is not on the hot
+// path and uses x509.CreateCertificate, which verifies its signature.
+func (a *Authority) IssueServing(pub crypto.PublicKey, dnsNames []string, ips []net.IP, ttl time.Duration) (*Issued, error) {
+	is := a.state.Load()
+	if len(dnsNames) == 0 && len(ips) == 0 {
+		return nil, Errorf(KindInvalidArgument, "serving certificate needs a DNS name or an IP address")
+	}
+	if err := checkLeafKey(pub); err != nil {
+		return nil, err
+	}
+	now := a.clock.Now()
+	notBefore, notAfter, err := a.validity(is, now, ttl)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := certs.NewSerial()
+	if err != nil {
+		return nil, Wrap(KindInternal, err, "serial number")
+	}
+	ku := x509.KeyUsageDigitalSignature
+	if _, ok := pub.(*rsa.PublicKey); ok {
+		ku |= x509.KeyUsageKeyEncipherment
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
+		KeyUsage:              ku,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		DNSNames:              dnsNames,
+		IPAddresses:           ips,
+		SignatureAlgorithm:    is.sigAlg,
+	}
+	if len(dnsNames) > 0 {
+		tmpl.Subject = pkix.Name{CommonName: dnsNames[0]}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, is.cert, pub, is.key)
+	if err != nil {
+		return nil, Wrap(KindInternal, err, "signing the serving certificate failed")
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, Wrap(KindInternal, err, "parsing the serving certificate failed")
+	}
+	a.metrics.issued.Inc()
+	a.audit(context.Background(), "serving certificate issued", leaf, "", "meshid server")
+	return &Issued{Leaf: leaf, Chain: is.chain, Roots: is.roots}, nil
+}
+
+// audit writes the one log line of an issued certificate.
+func (a *Authority) audit(ctx context.Context, msg string, leaf *x509.Certificate, id, caller string) {
+	attrs := []slog.Attr{
+		slog.String("serial", leaf.SerialNumber.Text(16)),
+		slog.String("spiffe_id", id),
+		slog.String("caller", caller),
+		slog.Time("not_after", leaf.NotAfter),
+		slog.String("key", certs.KeyTypeOf(leaf.PublicKey)),
+	}
+	if len(leaf.DNSNames) > 0 {
+		attrs = append(attrs, slog.Any("dns_names", leaf.DNSNames))
+	}
+	a.log.LogAttrs(ctx, slog.LevelInfo, msg, attrs...)
+}

@@ -1,0 +1,342 @@
+package ca_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
+)
+
+func TestSignTTL(t *testing.T) {
+	root := rootBundle(t, certs.ECP256, t0) // valid from t0-5m for 10 years
+	short := intermediateBundle(t, certs.ECP256, t0)
+	tests := []struct {
+		name          string
+		bundle        *keystore.Bundle
+		now           time.Time
+		cfg           ca.Config
+		ttl           time.Duration
+		wantKind      ca.Kind // KindInternal = success
+		wantNotBefore time.Time
+		wantNotAfter  time.Time
+	}{
+		{name: "0 means the default", bundle: root, now: t0, ttl: 0, wantNotBefore: t0.Add(-time.Minute), wantNotAfter: t0.Add(24 * time.Hour)},
+		{name: "1h", bundle: root, now: t0, ttl: time.Hour, wantNotBefore: t0.Add(-time.Minute), wantNotAfter: t0.Add(time.Hour)},
+		{name: "exactly the maximum", bundle: root, now: t0, ttl: 90 * 24 * time.Hour, wantNotBefore: t0.Add(-time.Minute), wantNotAfter: t0.Add(90 * 24 * time.Hour)},
+		{name: "above the maximum", bundle: root, now: t0, ttl: 90*24*time.Hour + time.Second, wantKind: ca.KindInvalidArgument},
+		{name: "negative", bundle: root, now: t0, ttl: -time.Second, wantKind: ca.KindInvalidArgument},
+		{name: "configured default and skew", bundle: root, now: t0, cfg: ca.Config{DefaultTTL: 12 * time.Hour, ClockSkew: 2 * time.Minute}, wantNotBefore: t0.Add(-2 * time.Minute), wantNotAfter: t0.Add(12 * time.Hour)},
+		{name: "configured maximum", bundle: root, now: t0, cfg: ca.Config{DefaultTTL: time.Hour, MaxTTL: 2 * time.Hour}, ttl: 3 * time.Hour, wantKind: ca.KindInvalidArgument},
+		{name: "NotBefore not before the issuer's", bundle: root, now: t0, cfg: ca.Config{ClockSkew: time.Hour}, wantNotBefore: root.Cert.NotBefore, wantNotAfter: t0.Add(24 * time.Hour)},
+		{name: "NotAfter capped at the issuer's", bundle: short, now: short.Cert.NotAfter.Add(-time.Hour), wantNotBefore: short.Cert.NotAfter.Add(-time.Hour - time.Minute), wantNotAfter: short.Cert.NotAfter},
+		{name: "CA expired", bundle: short, now: short.Cert.NotAfter.Add(time.Second), wantKind: ca.KindUnavailable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(t0)
+			cfg := tc.cfg
+			cfg.TrustDomain, cfg.Bundle, cfg.Clock, cfg.Logger = td, tc.bundle, clk, discard
+			a, err := ca.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clk.Set(tc.now)
+			pemCSR, _ := mkCSR(t, csrSpec{})
+			iss, err := parseAndSign(a, pemCSR, callerID, tc.ttl)
+			if tc.wantKind != ca.KindInternal {
+				if k := ca.KindOf(err); err == nil || k != tc.wantKind {
+					t.Fatalf("err = %v (kind %v), want kind %v", err, k, tc.wantKind)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !iss.Leaf.NotBefore.Equal(tc.wantNotBefore) {
+				t.Errorf("NotBefore %v, want %v", iss.Leaf.NotBefore, tc.wantNotBefore)
+			}
+			if !iss.Leaf.NotAfter.Equal(tc.wantNotAfter) {
+				t.Errorf("NotAfter %v, want %v", iss.Leaf.NotAfter, tc.wantNotAfter)
+			}
+		})
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	good := rootBundle(t, certs.ECP256, t0)
+	other := rootBundle(t, certs.ECP256, t0)
+	mismatched := &keystore.Bundle{Cert: good.Cert, Key: other.Key, Roots: good.Roots}
+	tests := []struct {
+		name string
+		cfg  ca.Config
+		want string
+	}{
+		{"no trust domain", ca.Config{Bundle: good}, "trust domain"},
+		{"no bundle", ca.Config{TrustDomain: td}, "bundle is required"},
+		{"default above maximum", ca.Config{TrustDomain: td, Bundle: good, DefaultTTL: 48 * time.Hour, MaxTTL: 24 * time.Hour}, "exceeds the maximum"},
+		{"negative skew", ca.Config{TrustDomain: td, Bundle: good, ClockSkew: -time.Second}, "negative"},
+		{"key does not match", ca.Config{TrustDomain: td, Bundle: mismatched}, "does not match"},
+		{"bundle expired", ca.Config{TrustDomain: td, Bundle: good, Clock: clock.NewFake(t0.Add(11 * 365 * 24 * time.Hour))}, "expired"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Logger = discard
+			if tc.cfg.Clock == nil {
+				tc.cfg.Clock = clock.NewFake(t0)
+			}
+			_, err := ca.New(tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSetBundle(t *testing.T) {
+	clk := clock.NewFake(t0)
+	first := rootBundle(t, certs.ECP256, t0)
+	second := intermediateBundle(t, certs.RSA2048, t0)
+	a := newAuthority(t, first, clk)
+	if a.Bundle() != first || a.TrustDomain() != td {
+		t.Fatalf("Bundle/TrustDomain do not report the configuration")
+	}
+	if err := a.SetBundle(second); err != nil {
+		t.Fatal(err)
+	}
+	if a.Bundle() != second {
+		t.Fatalf("Bundle() did not switch")
+	}
+	pemCSR, _ := mkCSR(t, csrSpec{})
+	iss, err := parseAndSign(a, pemCSR, callerID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := iss.Leaf.CheckSignatureFrom(second.Cert); err != nil {
+		t.Fatalf("leaf not signed by the new CA: %v", err)
+	}
+	if len(iss.Chain) != 2 || !iss.Roots[0].Equal(second.Roots[0]) {
+		t.Fatalf("chain/roots are not the new bundle's")
+	}
+
+	// An invalid bundle is refused and the current one stays.
+	bad := &keystore.Bundle{Cert: first.Cert, Key: second.Key, Roots: first.Roots}
+	if err := a.SetBundle(bad); err == nil {
+		t.Fatalf("SetBundle accepted a key that does not match")
+	}
+	if a.Bundle() != second {
+		t.Fatalf("a refused bundle replaced the current one")
+	}
+}
+
+// TestSignConcurrentWithSetBundle signs from many goroutines while the
+// bundle is swapped; every leaf must verify against the bundle it names.
+// Run with -race.
+func TestSignConcurrentWithSetBundle(t *testing.T) {
+	clk := clock.NewFake(t0)
+	bundles := []*keystore.Bundle{rootBundle(t, certs.ECP256, t0), intermediateBundle(t, certs.ECP384, t0)}
+	a := newAuthority(t, bundles[0], clk)
+	csrs := make([][]byte, 8)
+	for i := range csrs {
+		csrs[i], _ = mkCSR(t, csrSpec{uris: []string{callerID.String()}})
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				iss, err := parseAndSign(a, csrs[(g+i)%len(csrs)], callerID, 0)
+				if err != nil {
+					errs <- err
+					return
+				}
+				issuer := iss.Roots[0]
+				if len(iss.Chain) > 0 {
+					issuer = iss.Chain[0]
+				}
+				if err := iss.Leaf.CheckSignatureFrom(issuer); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < 20; i++ {
+		if err := a.SetBundle(bundles[i%2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	b := intermediateBundle(t, certs.ECP256, t0)
+	a, err := ca.New(ca.Config{TrustDomain: td, Bundle: b, Clock: clock.NewFake(t0), Logger: discard, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, _ := mkCSR(t, csrSpec{})
+	foreign, _ := mkCSR(t, csrSpec{uris: []string{otherID.String()}})
+	dns, _ := mkCSR(t, csrSpec{dns: []string{"x.example"}})
+	for _, c := range []struct {
+		csr []byte
+		ttl time.Duration
+	}{{good, 0}, {good, time.Hour}, {foreign, 0}, {dns, 0}, {good, 1000 * 24 * time.Hour}} {
+		_, _ = parseAndSign(a, c.csr, callerID, c.ttl)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "/" + l.GetValue()
+			}
+			switch {
+			case m.Counter != nil:
+				got[name] = m.Counter.GetValue()
+			case m.Gauge != nil:
+				got[name] = m.Gauge.GetValue()
+			case m.Histogram != nil:
+				got[name] = float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	for name, v := range map[string]float64{
+		"meshid_ca_certificates_issued_total":               2,
+		"meshid_ca_sign_failures_total/identity_mismatch":   1,
+		"meshid_ca_sign_failures_total/forbidden_san":       1,
+		"meshid_ca_sign_failures_total/ttl":                 1,
+		"meshid_ca_sign_failures_total/weak_key":            0,
+		"meshid_ca_sign_duration_seconds":                   2,
+		"meshid_ca_root_expiry_timestamp_seconds":           float64(b.Roots[0].NotAfter.Unix()),
+		"meshid_ca_cert_expiry_timestamp_seconds":           float64(b.Cert.NotAfter.Unix()),
+		"meshid_ca_sign_failures_total/forbidden_extension": 0,
+	} {
+		if g, ok := got[name]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", name, g, ok, v)
+		}
+	}
+	// A second Authority on the same registry is an error, not a panic.
+	if _, err := ca.New(ca.Config{TrustDomain: td, Bundle: b, Clock: clock.NewFake(t0), Logger: discard, Registerer: reg}); err == nil {
+		t.Errorf("duplicate registration not reported")
+	}
+}
+
+func TestAuditLog(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
+	b := rootBundle(t, certs.ECP256, t0)
+	a, err := ca.New(ca.Config{TrustDomain: td, Bundle: b, Clock: clock.NewFake(t0), Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	pemCSR, _ := mkCSR(t, csrSpec{})
+	csr, err := ca.ParseCSR(pemCSR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := a.Sign(context.Background(), ca.Request{CSR: csr, ID: callerID, Caller: "default/default (jwt)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("%d log lines for one certificate, want 1:\n%s", len(lines), buf.String())
+	}
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{
+		"msg":       "certificate issued",
+		"serial":    iss.Leaf.SerialNumber.Text(16),
+		"spiffe_id": callerID.String(),
+		"caller":    "default/default (jwt)",
+		"not_after": iss.Leaf.NotAfter.Format(time.RFC3339),
+	} {
+		if got, _ := rec[k].(string); got != want {
+			t.Errorf("log %s = %q, want %q", k, got, want)
+		}
+	}
+	if strings.Contains(buf.String(), "PRIVATE KEY") || strings.Contains(buf.String(), "CERTIFICATE REQUEST") {
+		t.Errorf("audit line carries PEM material: %s", buf.String())
+	}
+}
+
+func TestIssueServing(t *testing.T) {
+	clk := clock.NewFake(t0)
+	b := intermediateBundle(t, certs.ECP256, t0)
+	a := newAuthority(t, b, clk)
+	key := mustKey(t, certs.ECP256)
+	dns := []string{"localhost", "istiod.istio-system.svc"}
+	ips := []net.IP{net.ParseIP("127.0.0.1")}
+	iss, err := a.IssueServing(key.Public(), dns, ips, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := iss.Leaf
+	if leaf.IsCA || len(leaf.ExtKeyUsage) != 1 || leaf.ExtKeyUsage[0] != x509.ExtKeyUsageServerAuth {
+		t.Errorf("serving cert profile wrong: CA=%v EKU=%v", leaf.IsCA, leaf.ExtKeyUsage)
+	}
+	if !certs.KeyMatches(leaf.PublicKey, key) || !leaf.NotAfter.Equal(t0.Add(ca.DefaultTTL)) {
+		t.Errorf("serving cert key or lifetime wrong: NotAfter %v", leaf.NotAfter)
+	}
+	opts := x509.VerifyOptions{Roots: x509.NewCertPool(), Intermediates: x509.NewCertPool(), CurrentTime: t0}
+	for _, r := range iss.Roots {
+		opts.Roots.AddCert(r)
+	}
+	for _, c := range iss.Chain {
+		opts.Intermediates.AddCert(c)
+	}
+	for _, name := range []string{"localhost", "istiod.istio-system.svc", "127.0.0.1"} {
+		opts.DNSName = name
+		if _, err := leaf.Verify(opts); err != nil {
+			t.Errorf("verify for %s: %v", name, err)
+		}
+	}
+	if _, err := a.IssueServing(key.Public(), dns, nil, 91*24*time.Hour); ca.KindOf(err) != ca.KindInvalidArgument {
+		t.Errorf("TTL above maximum: %v, want invalid_argument", err)
+	}
+	if _, err := a.IssueServing(key.Public(), nil, nil, 0); ca.KindOf(err) != ca.KindInvalidArgument {
+		t.Errorf("no names: %v, want invalid_argument", err)
+	}
+}
+
+// TestSignCanceled: a request whose context is done is not signed.
+func TestSignCanceled(t *testing.T) {
+	a := newAuthority(t, rootBundle(t, certs.ECP256, t0), clock.NewFake(t0))
+	pemCSR, _ := mkCSR(t, csrSpec{})
+	csr, err := ca.ParseCSR(pemCSR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := a.Sign(ctx, ca.Request{CSR: csr, ID: callerID}); ca.KindOf(err) != ca.KindUnavailable {
+		t.Fatalf("Sign(canceled) = %v, want unavailable", err)
+	}
+}

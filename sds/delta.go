@@ -42,10 +42,10 @@ func (s *Server) DeltaSecrets(gs grpc.BidiStreamingServer[discoveryv3.DeltaDisco
 }
 
 func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) {
+	st.firstRequest(req.GetNode())
 	if !st.checkType(req.GetTypeUrl()) {
 		return
 	}
-	st.firstRequest(req.GetNode())
 	initial := req.GetInitialResourceVersions()
 
 	st.mu.Lock()

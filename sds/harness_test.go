@@ -35,8 +35,6 @@ type harness struct {
 	logs   *logRecorder
 	path   string
 	client secretv3.SecretDiscoveryServiceClient
-	cancel context.CancelFunc
-	done   chan error
 }
 
 type harnessOpt func(*sds.Config)
@@ -64,27 +62,28 @@ func start(t testing.TB, src sds.Source, opts ...harnessOpt) *harness {
 		t.Fatal(err)
 	}
 	h.srv = srv
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel, h.done = cancel, make(chan error, 1)
-	go func() { h.done <- srv.Run(ctx) }()
-	t.Cleanup(h.stop(t))
+	runServer(t, srv)
 	h.client = secretv3.NewSecretDiscoveryServiceClient(dial(t, h.path))
 	return h
 }
 
-// stop returns the cleanup that stops the server and checks Run's result.
-func (h *harness) stop(t testing.TB) func() {
-	return func() {
-		h.cancel()
+// runServer runs srv until the test ends and checks that Run returns nil.
+func runServer(t testing.TB, srv *sds.Server) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
 		select {
-		case err := <-h.done:
+		case err := <-done:
 			if err != nil {
 				t.Errorf("Run: %v", err)
 			}
 		case <-time.After(guard):
 			t.Errorf("Run did not return")
 		}
-	}
+	})
 }
 
 func dial(t testing.TB, path string) *grpc.ClientConn {

@@ -41,10 +41,10 @@ func (s *Server) StreamSecrets(gs grpc.BidiStreamingServer[discoveryv3.Discovery
 }
 
 func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest) {
+	st.firstRequest(req.GetNode())
 	if !st.checkType(req.GetTypeUrl()) {
 		return
 	}
-	st.firstRequest(req.GetNode())
 	want := uniq(req.GetResourceNames())
 
 	st.mu.Lock()

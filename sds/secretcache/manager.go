@@ -311,8 +311,10 @@ func (m *Manager) fly(ctx context.Context, f *flight) {
 	f.secret, f.err = cert, err
 	m.inflight = nil
 	m.mu.Unlock()
-	close(f.done)
-	m.wake()
+	// Callers are released only after the metrics and the pushes, so that
+	// when Secret or Rotate returns, every watcher has been told.
+	defer m.wake()
+	defer close(f.done)
 
 	if err != nil {
 		m.metrics.caFailure(err)

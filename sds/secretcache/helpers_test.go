@@ -1,0 +1,372 @@
+package secretcache_test
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/sds/secretcache"
+)
+
+var (
+	testTD = spiffeid.RequireTrustDomainFromString("cluster.local")
+	testID = spiffeid.RequireFromPath(testTD, "/ns/default/sa/default")
+	epoch  = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+)
+
+// testCA is a real signer: it checks the CSR's signature and issues a leaf
+// with crypto/x509 under a CA created at run time. Its knobs make it fail,
+// block, or misbehave the ways a broken CA could.
+type testCA struct {
+	clock clock.Clock
+
+	mu       sync.Mutex
+	root     *x509.Certificate
+	rootKey  crypto.Signer
+	failCode codes.Code    // codes.OK = sign
+	tamper   string        // "", "other-key", "other-id", "other-issuer", "expired", "no-roots"
+	gate     chan struct{} // when set, Sign waits for it to close
+	lastCSR  *x509.CertificateRequest
+
+	calls   atomic.Int64
+	entered chan struct{} // receives one value per Sign call (buffered)
+}
+
+func newTestCA(t testing.TB, clk clock.Clock) *testCA {
+	t.Helper()
+	ca := &testCA{clock: clock.OrReal(clk), entered: make(chan struct{}, 10000)}
+	ca.newRoot(t)
+	return ca
+}
+
+// newRoot replaces the CA with a fresh root, as a root rotation would.
+func (ca *testCA) newRoot(t testing.TB) *x509.Certificate {
+	t.Helper()
+	key, err := certs.GenerateKey(certs.ECP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := certs.NewRootCA(certs.CASpec{Key: key, NotBefore: ca.clock.Now().Add(-time.Hour), TTL: 10 * 365 * 24 * time.Hour, MaxPathLen: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca.mu.Lock()
+	ca.root, ca.rootKey = root, key
+	ca.mu.Unlock()
+	return root
+}
+
+func (ca *testCA) setFail(c codes.Code) {
+	ca.mu.Lock()
+	ca.failCode = c
+	ca.mu.Unlock()
+}
+
+func (ca *testCA) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
+	ca.calls.Add(1)
+	ca.entered <- struct{}{}
+	ca.mu.Lock()
+	gate := ca.gate
+	ca.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	if ca.failCode != codes.OK {
+		return nil, nil, status.Error(ca.failCode, "test CA is failing")
+	}
+	b, _ := pem.Decode(csrPEM)
+	if b == nil || b.Type != certs.BlockCSR {
+		return nil, nil, status.Error(codes.InvalidArgument, "bad CSR PEM")
+	}
+	csr, err := x509.ParseCertificateRequest(b.Bytes)
+	if err != nil {
+		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	ca.lastCSR = csr
+	serial, err := certs.NewSerial()
+	if err != nil {
+		return nil, nil, err
+	}
+	now := ca.clock.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		NotBefore:    now,
+		NotAfter:     now.Add(ttl),
+		URIs:         csr.URIs,
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	pub, signer, issuer, roots := csr.PublicKey, ca.rootKey, ca.root, []*x509.Certificate{ca.root}
+	switch ca.tamper {
+	case "other-key":
+		k, _ := certs.GenerateKey(certs.ECP256)
+		pub = k.Public()
+	case "other-id":
+		tmpl.URIs = []*url.URL{spiffeid.RequireFromPath(testTD, "/ns/default/sa/other").URL()}
+	case "other-issuer":
+		k, _ := certs.GenerateKey(certs.ECP256)
+		other, err := certs.NewRootCA(certs.CASpec{Key: k, NotBefore: now.Add(-time.Hour), TTL: 24 * time.Hour})
+		if err != nil {
+			return nil, nil, err
+		}
+		signer, issuer = k, other
+	case "expired":
+		tmpl.NotBefore, tmpl.NotAfter = now.Add(-2*time.Hour), now.Add(-time.Hour)
+	case "no-roots":
+		roots = nil
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, issuer, pub, signer)
+	if err != nil {
+		return nil, nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, err
+	}
+	return []*x509.Certificate{leaf}, roots, nil
+}
+
+func (ca *testCA) currentRoot() *x509.Certificate {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	return ca.root
+}
+
+func (ca *testCA) csr() *x509.CertificateRequest {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	return ca.lastCSR
+}
+
+// logRecorder is a slog.Handler that keeps every record, so tests can wait
+// for an event the Manager logs (such as a file watch being set up).
+type logRecorder struct {
+	mu      sync.Mutex
+	msgs    []string
+	changed chan struct{}
+}
+
+func newLogRecorder() *logRecorder { return &logRecorder{changed: make(chan struct{})} }
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler            { return l }
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	l.mu.Lock()
+	l.msgs = append(l.msgs, b.String())
+	close(l.changed)
+	l.changed = make(chan struct{})
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *logRecorder) count(prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.msgs {
+		if strings.HasPrefix(m, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func (l *logRecorder) all() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.msgs, "\n")
+}
+
+// waitFor waits until at least n records start with prefix.
+func (l *logRecorder) waitFor(t *testing.T, prefix string, n int) {
+	t.Helper()
+	guard := time.After(20 * time.Second)
+	for {
+		l.mu.Lock()
+		ch := l.changed
+		l.mu.Unlock()
+		if l.count(prefix) >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-guard:
+			t.Fatalf("no %d log records %q; got:\n%s", n, prefix, l.all())
+		}
+	}
+}
+
+// metricValue returns the value of a counter or gauge sample whose labels
+// include labels.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+type fixture struct {
+	clock *clock.Fake
+	ca    *testCA
+	reg   *prometheus.Registry
+	logs  *logRecorder
+	m     *secretcache.Manager
+}
+
+func newFixture(t *testing.T, mod func(*secretcache.Config)) *fixture {
+	t.Helper()
+	f := &fixture{clock: clock.NewFake(epoch), reg: prometheus.NewRegistry(), logs: newLogRecorder()}
+	f.ca = newTestCA(t, f.clock)
+	cfg := secretcache.Config{
+		Signer:     f.ca,
+		ID:         testID,
+		Clock:      f.clock,
+		Logger:     slog.New(f.logs),
+		Registerer: f.reg,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	m, err := secretcache.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.m = m
+	return f
+}
+
+// run starts Run and stops it at the end of the test.
+func (f *fixture) run(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("Run did not return")
+		}
+	})
+}
+
+// parked waits until the scheduler parked on a timer and returns its
+// deadline.
+func (f *fixture) parked(t *testing.T) time.Time {
+	t.Helper()
+	guard := make(chan struct{})
+	timer := time.AfterFunc(20*time.Second, func() { close(guard) })
+	defer timer.Stop()
+	if !f.clock.WaitForWaiters(1, guard) {
+		t.Fatal("scheduler did not park on a timer")
+	}
+	d, ok := f.clock.NextDeadline()
+	if !ok {
+		t.Fatal("no deadline")
+	}
+	return d
+}
+
+// watch registers a watcher that forwards to a channel.
+func watch(t *testing.T, m *secretcache.Manager, name string) <-chan *secretcache.Secret {
+	t.Helper()
+	ch := make(chan *secretcache.Secret, 100)
+	cancel := m.Watch(name, func(s *secretcache.Secret) {
+		select {
+		case ch <- s:
+		default:
+			panic("watch channel full")
+		}
+	})
+	t.Cleanup(cancel)
+	return ch
+}
+
+func receive(t *testing.T, ch <-chan *secretcache.Secret, what string) *secretcache.Secret {
+	t.Helper()
+	select {
+	case s := <-ch:
+		return s
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no notification for %s", what)
+		return nil
+	}
+}
+
+func mustSecret(t *testing.T, m *secretcache.Manager, name string) *secretcache.Secret {
+	t.Helper()
+	s, err := m.Secret(context.Background(), name)
+	if err != nil {
+		t.Fatalf("Secret(%q): %v", name, err)
+	}
+	return s
+}
+
+func isNotReady(err error) bool { return errors.Is(err, secretcache.ErrNotReady) }
+
+func (ca *testCA) setTamper(mode string) {
+	ca.mu.Lock()
+	ca.tamper = mode
+	ca.mu.Unlock()
+}

@@ -1,0 +1,348 @@
+package secretcache_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/meshid/meshid/sds/secretcache"
+)
+
+func TestRotationAtGracePoint(t *testing.T) {
+	const ttl = 24 * time.Hour
+	f := newFixture(t, func(c *secretcache.Config) { c.TTL = ttl })
+	old := mustSecret(t, f.m, secretcache.DefaultName)
+	defaults := watch(t, f.m, secretcache.DefaultName)
+	roots := watch(t, f.m, secretcache.RootName)
+	f.run(t)
+
+	deadline := f.parked(t)
+	nb := old.Chain[0].NotBefore
+	lo, hi := nb.Add(ttl/2-ttl/100), nb.Add(ttl/2+ttl/100)
+	if deadline.Before(lo) || deadline.After(hi) {
+		t.Fatalf("renewal at %v, want NotBefore + 12h ± 1%% = [%v, %v]", deadline, lo, hi)
+	}
+	// Just before the grace point nothing happens.
+	f.clock.Set(deadline.Add(-time.Second))
+	if n := f.ca.calls.Load(); n != 1 {
+		t.Fatalf("%d CSRs before the renewal time", n)
+	}
+	f.clock.Set(deadline)
+	got := receive(t, defaults, "default after renewal")
+	if !f.clock.Now().Before(old.NotAfter) {
+		t.Fatal("renewal pushed only after the old certificate expired")
+	}
+	if got.Version == old.Version || !got.NotAfter.After(old.NotAfter) || got.Key == old.Key {
+		t.Fatalf("renewal returned the old certificate: %v vs %v", got.Version, old.Version)
+	}
+	if s := mustSecret(t, f.m, secretcache.DefaultName); s != got {
+		t.Fatal("Secret does not serve the renewed certificate")
+	}
+	select {
+	case r := <-roots:
+		t.Fatalf("ROOTCA pushed although the roots did not change (version %s)", r.Version)
+	default:
+	}
+	if n := metricValue(t, f.reg, "meshid_agent_rotations_total"); n != 2 {
+		t.Fatalf("rotations_total = %v, want 2", n)
+	}
+	// The scheduler re-arms for the new certificate.
+	next := f.parked(t)
+	if want := got.Chain[0].NotBefore.Add(ttl / 2); next.Sub(want).Abs() > ttl/100 {
+		t.Fatalf("next renewal at %v, want about %v", next, want)
+	}
+	if g := metricValue(t, f.reg, "meshid_agent_cert_expiry_seconds"); g != got.NotAfter.Sub(f.clock.Now()).Seconds() {
+		t.Fatalf("expiry gauge %v", g)
+	}
+}
+
+func TestRotationNeverServesExpired(t *testing.T) {
+	// Walk three lifetimes with the clock and check that at every step the
+	// served certificate is valid and every push is of a valid one.
+	const ttl = time.Hour
+	f := newFixture(t, func(c *secretcache.Config) { c.TTL = ttl })
+	mustSecret(t, f.m, secretcache.DefaultName)
+	var bad atomic.Int32
+	cancel := f.m.Watch(secretcache.DefaultName, func(s *secretcache.Secret) {
+		if !f.clock.Now().Before(s.NotAfter) {
+			bad.Add(1)
+		}
+	})
+	defer cancel()
+	f.run(t)
+	end := epoch.Add(3 * ttl)
+	for f.clock.Now().Before(end) {
+		f.parked(t)
+		f.clock.Add(5 * time.Minute)
+		s := mustSecret(t, f.m, secretcache.DefaultName)
+		if !f.clock.Now().Before(s.NotAfter) {
+			t.Fatalf("served a certificate expired at %v at %v", s.NotAfter, f.clock.Now())
+		}
+	}
+	if bad.Load() != 0 {
+		t.Fatal("an expired certificate was pushed")
+	}
+	if n := f.ca.calls.Load(); n < 5 || n > 7 {
+		t.Fatalf("%d CSRs over three lifetimes with renewal at half life, want about 6", n)
+	}
+}
+
+// backoffSchedule advances the clock deadline by deadline while the CA
+// fails and checks each retry delay against base·2^n capped at max, less up
+// to 20% jitter.
+func checkBackoff(t *testing.T, f *fixture, want []time.Duration) {
+	t.Helper()
+	for i, w := range want {
+		now := f.clock.Now()
+		d := f.parked(t).Sub(now)
+		if d > w || d < w-w/5 {
+			t.Fatalf("retry %d after %v, want %v less up to 20%% jitter", i+1, d, w)
+		}
+		calls := f.ca.calls.Load()
+		f.clock.Add(d)
+		<-f.ca.entered
+		if f.ca.calls.Load() != calls+1 {
+			t.Fatalf("retry %d did not reach the CA", i+1)
+		}
+	}
+}
+
+func TestCAOutage(t *testing.T) {
+	const ttl = 10 * time.Minute
+	f := newFixture(t, func(c *secretcache.Config) { c.TTL = ttl })
+	v1 := mustSecret(t, f.m, secretcache.DefaultName)
+	<-f.ca.entered
+	defaults := watch(t, f.m, secretcache.DefaultName)
+	f.run(t)
+
+	f.ca.setFail(codes.Unavailable)
+	renew := f.parked(t)
+	f.clock.Set(renew)
+	<-f.ca.entered // the renewal attempt, which fails
+	// 1s, 2s, 4s ... doubling, capped at 1 minute.
+	checkBackoff(t, f, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute})
+	if f.clock.Now().After(v1.NotAfter) {
+		t.Fatal("test walked past expiry too early")
+	}
+	// While the cached certificate is valid it is served, without a CSR.
+	calls := f.ca.calls.Load()
+	if s := mustSecret(t, f.m, secretcache.DefaultName); s != v1 {
+		t.Fatal("cached certificate not served during the outage")
+	}
+	if f.ca.calls.Load() != calls {
+		t.Fatal("Secret sent a CSR although a valid certificate is cached")
+	}
+	if want := float64(9); metricValue(t, f.reg, "meshid_agent_ca_failures_total", "code", "Unavailable") != want {
+		t.Fatalf("failures_total{Unavailable} = %v, want %v", metricValue(t, f.reg, "meshid_agent_ca_failures_total", "code", "Unavailable"), want)
+	}
+	if n := f.logs.count("CA request failed"); n != 9 {
+		t.Fatalf("%d failure log lines, want 9", n)
+	}
+
+	// Past expiry: never served, reported as not ready with the cause.
+	f.parked(t)
+	f.clock.Set(v1.NotAfter)
+	<-f.ca.entered
+	f.parked(t)
+	_, err := f.m.Secret(context.Background(), secretcache.DefaultName)
+	if !isNotReady(err) || status.Code(err) != codes.Unavailable {
+		t.Fatalf("Secret after expiry = %v, want ErrNotReady (Unavailable)", err)
+	}
+	if f.m.Ready() == nil {
+		t.Fatal("Ready with an expired certificate")
+	}
+	if g := metricValue(t, f.reg, "meshid_agent_cert_expiry_seconds"); g > 0 {
+		t.Fatalf("expiry gauge %v after expiry", g)
+	}
+	select {
+	case s := <-defaults:
+		t.Fatalf("pushed %s during the outage", s.Version)
+	default:
+	}
+
+	// The CA comes back: the next retry succeeds and is pushed on its own.
+	f.ca.setFail(codes.OK)
+	f.clock.Set(f.parked(t))
+	v2 := receive(t, defaults, "default after recovery")
+	if v2.Version == v1.Version || !f.clock.Now().Before(v2.NotAfter) {
+		t.Fatal("recovery pushed a stale certificate")
+	}
+	if s := mustSecret(t, f.m, secretcache.DefaultName); s != v2 {
+		t.Fatal("not serving the recovered certificate")
+	}
+	// Rotation resumes at the grace point of the new certificate.
+	if next := f.parked(t); next.Sub(v2.Chain[0].NotBefore.Add(ttl/2)).Abs() > ttl/100 {
+		t.Fatalf("after recovery the next renewal is at %v", next)
+	}
+}
+
+func TestResourceExhaustedBacksOff(t *testing.T) {
+	f := newFixture(t, nil)
+	f.ca.setFail(codes.ResourceExhausted)
+	_, err := f.m.Secret(context.Background(), secretcache.DefaultName)
+	if !isNotReady(err) || status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("Secret = %v, want ErrNotReady (ResourceExhausted)", err)
+	}
+	<-f.ca.entered
+	// Within the backoff, more requests do not hammer the CA.
+	for range 10 {
+		if _, err := f.m.Secret(context.Background(), secretcache.DefaultName); !isNotReady(err) {
+			t.Fatalf("Secret during backoff = %v", err)
+		}
+		if _, err := f.m.Secret(context.Background(), secretcache.RootName); !isNotReady(err) {
+			t.Fatalf("Secret(ROOTCA) during backoff = %v", err)
+		}
+	}
+	if n := f.ca.calls.Load(); n != 1 {
+		t.Fatalf("%d CSRs during backoff, want 1", n)
+	}
+	defaults := watch(t, f.m, secretcache.DefaultName)
+	roots := watch(t, f.m, secretcache.RootName)
+	f.run(t)
+	checkBackoff(t, f, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second})
+	f.ca.setFail(codes.OK)
+	f.clock.Set(f.parked(t))
+	// The first certificate, once available, reaches the watchers of both
+	// names.
+	r := receive(t, roots, "ROOTCA")
+	d := receive(t, defaults, "default")
+	if d == nil || r == nil || !r.Roots[0].Equal(f.ca.currentRoot()) {
+		t.Fatal("bad first push")
+	}
+	if got := metricValue(t, f.reg, "meshid_agent_ca_failures_total", "code", "ResourceExhausted"); got != 4 {
+		t.Fatalf("failures{ResourceExhausted} = %v, want 4", got)
+	}
+}
+
+func TestRootsChangePushesROOTCA(t *testing.T) {
+	f := newFixture(t, nil)
+	r1 := mustSecret(t, f.m, secretcache.RootName)
+	d1 := mustSecret(t, f.m, secretcache.DefaultName)
+	var order []string
+	both := make(chan *secretcache.Secret, 10)
+	for _, name := range []string{secretcache.DefaultName, secretcache.RootName} {
+		cancel := f.m.Watch(name, func(s *secretcache.Secret) { both <- s })
+		defer cancel()
+	}
+	// Same roots: only default is pushed, ROOTCA keeps its version.
+	if err := f.m.Rotate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := receive(t, both, "default"); s.Name != secretcache.DefaultName || s.Version == d1.Version {
+		t.Fatalf("got %s %s", s.Name, s.Version)
+	}
+	if r := mustSecret(t, f.m, secretcache.RootName); r.Version != r1.Version {
+		t.Fatal("ROOTCA version changed without a content change")
+	}
+	// New root at the CA: ROOTCA is pushed, before default.
+	newRoot := f.ca.newRoot(t)
+	if err := f.m.Rotate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		s := receive(t, both, "push after root change")
+		order = append(order, s.Name)
+		if s.Name == secretcache.RootName && (!s.Roots[0].Equal(newRoot) || s.Version == r1.Version) {
+			t.Fatal("ROOTCA push does not hold the new root")
+		}
+	}
+	if order[0] != secretcache.RootName || order[1] != secretcache.DefaultName {
+		t.Fatalf("push order %v, want ROOTCA then default", order)
+	}
+}
+
+func TestRotateOverridesBackoff(t *testing.T) {
+	f := newFixture(t, nil)
+	f.ca.setFail(codes.Unavailable)
+	if err := f.m.Rotate(context.Background()); status.Code(err) != codes.Unavailable || isNotReady(err) {
+		t.Fatalf("Rotate = %v, want the CA's Unavailable", err)
+	}
+	f.ca.setFail(codes.OK)
+	if err := f.m.Rotate(context.Background()); err != nil {
+		t.Fatalf("Rotate during backoff: %v", err)
+	}
+	if err := f.m.Ready(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRunTwice(t *testing.T) {
+	f := newFixture(t, nil)
+	f.run(t)
+	f.clock.Add(0) // nothing to wait for; Run is started by f.run
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// A second concurrent Run is refused once the first is running; wait
+	// for the first to register by retrying until refused or until the
+	// first returns an error (it does not).
+	for {
+		errc := make(chan error, 1)
+		go func() { errc <- f.m.Run(ctx) }()
+		cancelled := false
+		select {
+		case err := <-errc:
+			if err == nil || !containsFold(err.Error(), "twice") {
+				t.Fatalf("second Run: %v", err)
+			}
+			return
+		default:
+		}
+		// The second Run won the race: stop it and try again.
+		cancel()
+		if err := <-errc; err != nil && !errors.Is(err, context.Canceled) && !containsFold(err.Error(), "twice") {
+			t.Fatalf("second Run: %v", err)
+		}
+		cancelled = true
+		_ = cancelled
+		ctx, cancel = context.WithCancel(context.Background())
+		runtime.Gosched()
+	}
+}
+
+func TestManyWatchersOneRotation(t *testing.T) {
+	f := newFixture(t, nil)
+	mustSecret(t, f.m, secretcache.DefaultName)
+	const n = 10000
+	before := runtime.NumGoroutine()
+	var got atomic.Int64
+	done := make(chan struct{})
+	cancels := make([]func(), n)
+	for i := range n {
+		cancels[i] = f.m.Watch(secretcache.DefaultName, func(*secretcache.Secret) {
+			if got.Add(1) == n {
+				close(done)
+			}
+		})
+	}
+	if g := runtime.NumGoroutine() - before; g > 10 {
+		t.Fatalf("%d goroutines for %d watchers", g, n)
+	}
+	if w := f.m.Watchers(secretcache.DefaultName); w != n {
+		t.Fatalf("%d watchers, want %d", w, n)
+	}
+	if err := f.m.Rotate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("only %d of %d watchers notified", got.Load(), n)
+	}
+	// Cancel half; the next rotation reaches only the rest.
+	for _, c := range cancels[:n/2] {
+		c()
+	}
+	got.Store(0)
+	if err := f.m.Rotate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if g := got.Load(); g != n/2 {
+		t.Fatalf("%d notifications after cancelling half, want %d", g, n/2)
+	}
+}

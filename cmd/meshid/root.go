@@ -36,5 +36,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	// Subcommands are added here, one constructor per file.
+	root.AddCommand(newInspectCmd())
+	root.AddCommand(newCertsCmd())
 	return root
 }

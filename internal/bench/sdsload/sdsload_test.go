@@ -1,0 +1,293 @@
+package sdsload_test
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/internal/bench/latency"
+	"github.com/meshid/meshid/internal/bench/sdsload"
+	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/sds"
+	"github.com/meshid/meshid/sds/secretcache"
+)
+
+var testID = spiffeid.RequireFromString("spiffe://cluster.local/ns/bench/sa/bench-0")
+
+// authoritySigner signs the agent's CSRs with a real Authority, for the
+// identity the CSR names (the agent's CA client would prove it with a token).
+type authoritySigner struct{ a *ca.Authority }
+
+func (s authoritySigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
+	csr, err := ca.ParseCSR(csrPEM)
+	if err != nil {
+		return nil, nil, err
+	}
+	id, err := x509svid.IDFromCert(&x509.Certificate{URIs: csr.URIs})
+	if err != nil {
+		return nil, nil, err
+	}
+	iss, err := s.a.Sign(ctx, ca.Request{CSR: csr, ID: id, Caller: "bench test", TTL: ttl})
+	if err != nil {
+		return nil, nil, err
+	}
+	return append([]*x509.Certificate{iss.Leaf}, iss.Chain...), iss.Roots, nil
+}
+
+// agent is a real SecretManager behind a real SDS server on a Unix socket.
+type agent struct {
+	socket  string
+	manager *secretcache.Manager
+}
+
+func startAgent(t *testing.T) *agent {
+	t.Helper()
+	bundle, _, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: "cluster.local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := ca.New(ca.Config{TrustDomain: testID.TrustDomain(), Bundle: bundle, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := secretcache.New(secretcache.Config{Signer: authoritySigner{auth}, ID: testID, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "sdsload") // a short path: sun_path holds 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	srv, err := sds.New(sds.Config{Source: m, SocketPath: filepath.Join(dir, "sds.sock")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- m.Run(ctx) }()
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Errorf("agent: %v", err)
+			}
+		}
+	})
+	return &agent{socket: srv.SocketPath(), manager: m}
+}
+
+func TestRunOpensStreamsAndMeasuresRotation(t *testing.T) {
+	tests := []struct {
+		name    string
+		streams int
+		perConn int
+		open    int
+		rotate  bool
+		wantCon int
+	}{
+		{name: "all at once over several connections", streams: 25, perConn: 10, wantCon: 3},
+		{name: "one at a time", streams: 5, open: 1, wantCon: 1},
+		{name: "rotation", streams: 30, perConn: 7, rotate: true, wantCon: 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := startAgent(t)
+			cfg := sdsload.Config{Socket: a.socket, Streams: tt.streams, StreamsPerConn: tt.perConn, OpenConcurrency: tt.open, PID: os.Getpid()}
+			var rotations int
+			if tt.rotate {
+				cfg.Rotate = func(ctx context.Context) error { rotations++; return a.manager.Rotate(ctx) }
+			}
+			l, err := sdsload.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := l.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Streams != tt.streams || rep.Ready != tt.streams || rep.Failed != 0 || rep.Connections != tt.wantCon {
+				t.Errorf("report = %+v", rep)
+			}
+			if rep.TimeToReady.Count != tt.streams || rep.TimeToReady.Max <= 0 || rep.AllReady < rep.TimeToReady.Max {
+				t.Errorf("time to ready = %+v, all ready %v", rep.TimeToReady, rep.AllReady)
+			}
+			if rep.Memory == nil || rep.Memory.Before == 0 || rep.Memory.After == 0 {
+				t.Errorf("memory = %+v", rep.Memory)
+			}
+			if !tt.rotate {
+				if rep.Rotation != nil {
+					t.Errorf("rotation without Rotate: %+v", rep.Rotation)
+				}
+				return
+			}
+			if rotations != 1 || rep.Rotation == nil {
+				t.Fatalf("rotations = %d, report %+v", rotations, rep.Rotation)
+			}
+			r := rep.Rotation
+			if r.Streams != tt.streams || r.Rotated != tt.streams || r.Latency.Count != tt.streams || r.All < r.Latency.Max || r.All <= 0 {
+				t.Errorf("rotation = %+v", r)
+			}
+			if rep.Memory.AfterRotation == 0 {
+				t.Errorf("no RSS after rotation")
+			}
+		})
+	}
+}
+
+func TestRunTimesOutWhenAResourceNeverComes(t *testing.T) {
+	a := startAgent(t)
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	l, err := sdsload.New(sdsload.Config{
+		Socket: a.socket, Streams: 3, Resources: []string{"default", "file-root:/nonexistent/root.pem"},
+		Timeout: time.Minute, Clock: clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		rep *sdsload.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := l.Run(context.Background())
+		done <- result{rep, err}
+	}()
+	stop := make(chan struct{})
+	defer close(stop)
+	clk.WaitForWaiters(1, stop) // Run waits for the streams
+	clk.Add(time.Minute)
+	res := <-done
+	if res.err == nil || !strings.Contains(res.err.Error(), "timed out after 1m0s") {
+		t.Fatalf("err = %v, want a time-out", res.err)
+	}
+	if res.rep == nil || res.rep.Ready != 0 || res.rep.Streams != 3 || res.rep.Failed != 0 {
+		t.Errorf("report = %+v", res.rep)
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	rot := func(context.Context) error { return nil }
+	tests := []struct {
+		name string
+		cfg  sdsload.Config
+		want string
+	}{
+		{"no socket", sdsload.Config{Streams: 1}, "no socket"},
+		{"no streams", sdsload.Config{Socket: "s"}, "must be positive"},
+		{"negative", sdsload.Config{Socket: "s", Streams: 1, StreamsPerConn: -1}, "negative"},
+		{"duplicate names", sdsload.Config{Socket: "s", Streams: 1, Resources: []string{"a", "a"}}, "distinct"},
+		{"rotation of an unsubscribed name", sdsload.Config{Socket: "s", Streams: 1, Resources: []string{"ROOTCA"}, Rotate: rot}, "not subscribed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := sdsload.New(tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), "sdsload: ") {
+				t.Errorf("error = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestHTTPRotate(t *testing.T) {
+	var posts int
+	ok := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != sdsload.RotatePath {
+			http.Error(w, "no", http.StatusNotFound)
+			return
+		}
+		posts++
+		if !ok {
+			http.Error(w, "CA unavailable", http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	rotate := sdsload.HTTPRotate(srv.Client(), strings.TrimPrefix(srv.URL, "http://"))
+	if err := rotate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ok = false
+	err := rotate(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "CA unavailable") {
+		t.Errorf("err = %v, want the 503 and its message", err)
+	}
+	if posts != 2 {
+		t.Errorf("posts = %d, want 2", posts)
+	}
+}
+
+func TestRSS(t *testing.T) {
+	rss, err := sdsload.RSS(os.Getpid())
+	if err != nil || rss < 1<<20 {
+		t.Errorf("RSS = %d, %v", rss, err)
+	}
+	if _, err := sdsload.RSS(1 << 30); err == nil {
+		t.Errorf("RSS of a missing process succeeded")
+	}
+}
+
+func TestReportJSONAndTable(t *testing.T) {
+	ms := time.Millisecond
+	rep := &sdsload.Report{
+		Streams: 100, Connections: 1, Resources: []string{"default", "ROOTCA"}, Ready: 100,
+		TimeToReady: latency.Summary{Count: 100, P50: ms, P90: 2 * ms, P99: 3 * ms, Max: 4 * ms},
+		AllReady:    50 * ms,
+		Memory:      &sdsload.Memory{PID: 42, Before: 10 << 20, After: 12 << 20, AfterRotation: 13 << 20},
+		Rotation:    &sdsload.Rotation{Streams: 100, Rotated: 100, Latency: latency.Summary{Count: 100, P50: 5 * ms, Max: 9 * ms}, All: 9 * ms},
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	mem := got["memory"].(map[string]any)
+	rot := got["rotation"].(map[string]any)
+	if got["ready"] != 100.0 || got["all_ready_ms"] != 50.0 || mem["per_stream_bytes"] != 20971.0 ||
+		rot["rotated"] != 100.0 || rot["all_ms"] != 9.0 || got["time_to_ready"].(map[string]any)["p99_ms"] != 3.0 {
+		t.Errorf("JSON = %s", b)
+	}
+	var sb strings.Builder
+	if err := rep.WriteTable(&sb); err != nil {
+		t.Fatal(err)
+	}
+	const want = `STREAMS           100 over 1 connections, each subscribing default, ROOTCA
+READY             100/100 (0 failed)
+TIME TO READY     p50 1.00ms  p90 2.00ms  p99 3.00ms  max 4.00ms (all ready after 50.0ms)
+AGENT RSS         before 10.0 MiB, with streams open 12.0 MiB (+20.5 KiB/stream), after rotation 13.0 MiB
+ROTATION          100/100 streams got the new certificate, the last after 9.00ms
+ROTATION LATENCY  p50 5.00ms  p90 0  p99 0  max 9.00ms
+`
+	if sb.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", sb.String(), want)
+	}
+	rep.Memory, rep.Rotation = nil, nil
+	sb.Reset()
+	if err := rep.WriteTable(&sb); err != nil || !strings.Contains(sb.String(), "not measured") {
+		t.Errorf("table without memory: %v\n%s", err, sb.String())
+	}
+	if b, _ := json.Marshal(rep); strings.Contains(string(b), "memory") || strings.Contains(string(b), "rotation") {
+		t.Errorf("JSON without memory or rotation: %s", b)
+	}
+}

@@ -27,6 +27,11 @@ var certsClock clock.Clock = clock.Real{}
 // defaultCATTL is ten years, the lifetime Istio's tools/certs gives roots.
 const defaultCATTL = 87600 * time.Hour
 
+// caBackdate moves a new CA's NotBefore into the past so that machines whose
+// clocks run a little behind accept it at once (as keystore does for the
+// self-signed root).
+const caBackdate = 5 * time.Minute
+
 // Files of a root directory (meshid certs root) and of an Istio cacerts
 // directory (meshid certs intermediate).
 const (
@@ -102,7 +107,7 @@ func runCertsRoot(cmd *cobra.Command, f *certsRootFlags) error {
 	root, err := certs.NewRootCA(certs.CASpec{
 		Subject:    caSubject(f.org, f.cn, ""),
 		Key:        key,
-		NotBefore:  certsClock.Now().UTC().Truncate(time.Second),
+		NotBefore:  certsClock.Now().UTC().Truncate(time.Second).Add(-caBackdate),
 		TTL:        time.Duration(f.ttl),
 		MaxPathLen: -1,
 	})
@@ -183,11 +188,15 @@ func runCertsIntermediate(cmd *cobra.Command, f *certsIntermediateFlags) error {
 	if err != nil {
 		return err
 	}
+	notBefore := now.Add(-caBackdate)
+	if notBefore.Before(root.NotBefore) {
+		notBefore = root.NotBefore
+	}
 	ttl := time.Duration(f.ttl)
-	if end := now.Add(ttl); end.After(root.NotAfter) {
+	if end := notBefore.Add(ttl); end.After(root.NotAfter) {
 		switch {
 		case !cmd.Flags().Changed("ttl"):
-			ttl = root.NotAfter.Sub(now) // the default never outlives the root
+			ttl = root.NotAfter.Sub(notBefore) // the default never outlives the root
 		case !f.allowOutlive:
 			return fmt.Errorf("certs intermediate: --ttl %s would end at %s, after the root expires at %s; shorten --ttl or pass --allow-outlive",
 				ttl, end.Format(time.RFC3339), root.NotAfter.UTC().Format(time.RFC3339))
@@ -207,7 +216,7 @@ func runCertsIntermediate(cmd *cobra.Command, f *certsIntermediateFlags) error {
 	inter, err := certs.NewIntermediateCA(certs.CASpec{
 		Subject:    caSubject(org, f.cn, f.name),
 		Key:        key,
-		NotBefore:  now,
+		NotBefore:  notBefore,
 		TTL:        ttl,
 		MaxPathLen: 0,
 	}, root, rootKey)

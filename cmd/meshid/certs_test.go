@@ -99,7 +99,7 @@ func TestCertsRootAndIntermediate(t *testing.T) {
 		root.KeyUsage&(x509.KeyUsageCertSign|x509.KeyUsageCRLSign) != x509.KeyUsageCertSign|x509.KeyUsageCRLSign {
 		t.Errorf("root: CA %t, pathlen %d, key usage %b", root.IsCA, root.MaxPathLen, root.KeyUsage)
 	}
-	if root.Subject.String() != "CN=Acme Root,O=Acme" || !root.NotBefore.Equal(cliNow) || !root.NotAfter.Equal(cliNow.Add(87600*time.Hour)) {
+	if root.Subject.String() != "CN=Acme Root,O=Acme" || !root.NotBefore.Equal(cliNow.Add(-caBackdate)) || !root.NotAfter.Equal(cliNow.Add(-caBackdate+87600*time.Hour)) {
 		t.Errorf("root: subject %q, valid %v to %v", root.Subject, root.NotBefore, root.NotAfter)
 	}
 	if pub, ok := root.PublicKey.(*ecdsa.PublicKey); !ok || pub.Curve != elliptic.P384() {
@@ -201,7 +201,7 @@ func TestCertsRefusals(t *testing.T) {
 		{"root key exists", []string{"certs", "root", "--out", rootDir}, "root-key.pem exists; refusing to overwrite a CA key without --force"},
 		{"intermediate key exists", []string{"certs", "intermediate", "--root", rootDir, "--out", west, "--name", "west"}, "ca-key.pem exists"},
 		{"outlives the root", []string{"certs", "intermediate", "--root", rootDir, "--out", filepath.Join(dir, "long"), "--name", "long", "--ttl", "8761h"},
-			"after the root expires at 2027-06-01T12:00:00Z; shorten --ttl or pass --allow-outlive"},
+			"after the root expires at 2027-06-01T11:55:00Z; shorten --ttl or pass --allow-outlive"},
 		{"no root dir", []string{"certs", "intermediate", "--root", filepath.Join(dir, "nope"), "--out", filepath.Join(dir, "x"), "--name", "x"}, "no such file or directory"},
 		{"key of another root", []string{"certs", "intermediate", "--root", mismatched, "--out", filepath.Join(dir, "x"), "--name", "x"}, "does not belong to any certificate"},
 		{"bad cluster name", []string{"certs", "intermediate", "--root", rootDir, "--out", filepath.Join(dir, "x"), "--name", "a/b"}, `--name "a/b"`},
@@ -231,14 +231,14 @@ func TestCertsRefusals(t *testing.T) {
 	}
 	long := filepath.Join(dir, "long")
 	mustRun(t, "certs", "intermediate", "--root", rootDir, "--out", long, "--name", "long", "--ttl", "8761h", "--allow-outlive")
-	if c := readCerts(t, filepath.Join(long, "ca-cert.pem"))[0]; !c.NotAfter.Equal(cliNow.Add(8761 * time.Hour)) {
-		t.Fatalf("--allow-outlive: NotAfter %v, want %v", c.NotAfter, cliNow.Add(8761*time.Hour))
+	if c := readCerts(t, filepath.Join(long, "ca-cert.pem"))[0]; !c.NotAfter.Equal(cliNow.Add(-caBackdate + 8761*time.Hour)) {
+		t.Fatalf("--allow-outlive: NotAfter %v, want %v", c.NotAfter, cliNow.Add(-caBackdate+8761*time.Hour))
 	}
 
 	// An expired root signs nothing.
 	fake.Set(cliNow.Add(8761 * time.Hour))
 	_, errOut, code := meshidRun(t, nil, "certs", "intermediate", "--root", rootDir, "--out", filepath.Join(dir, "late"), "--name", "late")
-	if code == 0 || !strings.Contains(errOut, "the root expired at 2027-06-01T12:00:00Z") {
+	if code == 0 || !strings.Contains(errOut, "the root expired at 2027-06-01T11:55:00Z") {
 		t.Fatalf("expired root: exit %d, %q", code, errOut)
 	}
 }

@@ -52,7 +52,7 @@ func meshidRun(t *testing.T, stdin io.Reader, args ...string) (stdout, stderr st
 	return out.String(), errb.String(), 0
 }
 
-func mustRun(t *testing.T, args ...string) string {
+func meshidOK(t *testing.T, args ...string) string {
 	t.Helper()
 	out, errOut, code := meshidRun(t, nil, args...)
 	if code != 0 {
@@ -61,7 +61,7 @@ func mustRun(t *testing.T, args ...string) string {
 	return out
 }
 
-func readCerts(t *testing.T, path string) []*x509.Certificate {
+func readPEMCerts(t *testing.T, path string) []*x509.Certificate {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -74,7 +74,7 @@ func readCerts(t *testing.T, path string) []*x509.Certificate {
 	return cs
 }
 
-func mode(t *testing.T, path string) os.FileMode {
+func filePerm(t *testing.T, path string) os.FileMode {
 	t.Helper()
 	st, err := os.Stat(path)
 	if err != nil {
@@ -87,12 +87,12 @@ func TestCertsRootAndIntermediate(t *testing.T) {
 	withCLIClock(t, cliNow)
 	dir := t.TempDir()
 	rootDir, west := filepath.Join(dir, "root"), filepath.Join(dir, "west")
-	out := mustRun(t, "certs", "root", "--out", rootDir, "--key-type", "ec-p384", "--org", "Acme", "--cn", "Acme Root")
+	out := meshidOK(t, "certs", "root", "--out", rootDir, "--key-type", "ec-p384", "--org", "Acme", "--cn", "Acme Root")
 	if !strings.Contains(out, "root-key.pem") {
 		t.Errorf("root output does not list the key: %s", out)
 	}
-	root := readCerts(t, filepath.Join(rootDir, "root-cert.pem"))[0]
-	if m := mode(t, filepath.Join(rootDir, "root-key.pem")); m != 0o600 {
+	root := readPEMCerts(t, filepath.Join(rootDir, "root-cert.pem"))[0]
+	if m := filePerm(t, filepath.Join(rootDir, "root-key.pem")); m != 0o600 {
 		t.Errorf("root-key.pem mode %o, want 600", m)
 	}
 	if !root.IsCA || !root.BasicConstraintsValid || root.MaxPathLen != -1 ||
@@ -106,8 +106,8 @@ func TestCertsRootAndIntermediate(t *testing.T) {
 		t.Errorf("root key %s, want ec-p384", certs.KeyTypeOf(root.PublicKey))
 	}
 
-	mustRun(t, "certs", "intermediate", "--root", rootDir, "--out", west, "--name", "west")
-	inter := readCerts(t, filepath.Join(west, "ca-cert.pem"))[0]
+	meshidOK(t, "certs", "intermediate", "--root", rootDir, "--out", west, "--name", "west")
+	inter := readPEMCerts(t, filepath.Join(west, "ca-cert.pem"))[0]
 	if !inter.IsCA || inter.MaxPathLen != 0 || !inter.MaxPathLenZero {
 		t.Errorf("intermediate: CA %t, pathlen %d (zero %t), want CA with pathlen 0", inter.IsCA, inter.MaxPathLen, inter.MaxPathLenZero)
 	}
@@ -120,14 +120,14 @@ func TestCertsRootAndIntermediate(t *testing.T) {
 	if err := inter.CheckSignatureFrom(root); err != nil {
 		t.Errorf("intermediate not signed by the root: %v", err)
 	}
-	chain := readCerts(t, filepath.Join(west, "cert-chain.pem"))
+	chain := readPEMCerts(t, filepath.Join(west, "cert-chain.pem"))
 	if len(chain) != 2 || !chain[0].Equal(inter) || !chain[1].Equal(root) {
 		t.Errorf("cert-chain.pem holds %d certificates, want the intermediate then the root", len(chain))
 	}
-	if rs := readCerts(t, filepath.Join(west, "root-cert.pem")); len(rs) != 1 || !rs[0].Equal(root) {
+	if rs := readPEMCerts(t, filepath.Join(west, "root-cert.pem")); len(rs) != 1 || !rs[0].Equal(root) {
 		t.Error("root-cert.pem is not the root")
 	}
-	if m := mode(t, filepath.Join(west, "ca-key.pem")); m != 0o600 {
+	if m := filePerm(t, filepath.Join(west, "ca-key.pem")); m != 0o600 {
 		t.Errorf("ca-key.pem mode %o, want 600", m)
 	}
 	// What `meshid server --ca-dir` loads.
@@ -168,7 +168,7 @@ func TestCertsKeyTypes(t *testing.T) {
 				}
 				return
 			}
-			if c := readCerts(t, filepath.Join(dir, "root-cert.pem"))[0]; !tc.check(c.PublicKey) {
+			if c := readPEMCerts(t, filepath.Join(dir, "root-cert.pem"))[0]; !tc.check(c.PublicKey) {
 				t.Fatalf("key %s", certs.KeyTypeOf(c.PublicKey))
 			}
 		})
@@ -179,19 +179,19 @@ func TestCertsRefusals(t *testing.T) {
 	fake := withCLIClock(t, cliNow)
 	dir := t.TempDir()
 	rootDir, west := filepath.Join(dir, "root"), filepath.Join(dir, "west")
-	mustRun(t, "certs", "root", "--out", rootDir, "--ttl", "8760h")
-	mustRun(t, "certs", "intermediate", "--root", rootDir, "--out", west, "--name", "west", "--ttl", "720h")
+	meshidOK(t, "certs", "root", "--out", rootDir, "--ttl", "8760h")
+	meshidOK(t, "certs", "intermediate", "--root", rootDir, "--out", west, "--name", "west", "--ttl", "720h")
 	rootKey, _ := os.ReadFile(filepath.Join(rootDir, "root-key.pem"))
 	caKey, _ := os.ReadFile(filepath.Join(west, "ca-key.pem"))
 
 	otherRoot := filepath.Join(dir, "other")
-	mustRun(t, "certs", "root", "--out", otherRoot)
+	meshidOK(t, "certs", "root", "--out", otherRoot)
 	mismatched := filepath.Join(dir, "mismatched")
 	if err := os.MkdirAll(mismatched, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	copyFile(t, filepath.Join(rootDir, "root-cert.pem"), filepath.Join(mismatched, "root-cert.pem"))
-	copyFile(t, filepath.Join(otherRoot, "root-key.pem"), filepath.Join(mismatched, "root-key.pem"))
+	copyPEMFile(t, filepath.Join(rootDir, "root-cert.pem"), filepath.Join(mismatched, "root-cert.pem"))
+	copyPEMFile(t, filepath.Join(otherRoot, "root-key.pem"), filepath.Join(mismatched, "root-key.pem"))
 
 	tests := []struct {
 		name string
@@ -225,13 +225,13 @@ func TestCertsRefusals(t *testing.T) {
 	}
 
 	// --force replaces; --allow-outlive allows what was asked for.
-	mustRun(t, "certs", "intermediate", "--root", rootDir, "--out", west, "--name", "west", "--force")
+	meshidOK(t, "certs", "intermediate", "--root", rootDir, "--out", west, "--name", "west", "--force")
 	if b, _ := os.ReadFile(filepath.Join(west, "ca-key.pem")); bytes.Equal(b, caKey) {
 		t.Fatal("ca-key.pem not replaced with --force")
 	}
 	long := filepath.Join(dir, "long")
-	mustRun(t, "certs", "intermediate", "--root", rootDir, "--out", long, "--name", "long", "--ttl", "8761h", "--allow-outlive")
-	if c := readCerts(t, filepath.Join(long, "ca-cert.pem"))[0]; !c.NotAfter.Equal(cliNow.Add(-caBackdate + 8761*time.Hour)) {
+	meshidOK(t, "certs", "intermediate", "--root", rootDir, "--out", long, "--name", "long", "--ttl", "8761h", "--allow-outlive")
+	if c := readPEMCerts(t, filepath.Join(long, "ca-cert.pem"))[0]; !c.NotAfter.Equal(cliNow.Add(-caBackdate + 8761*time.Hour)) {
 		t.Fatalf("--allow-outlive: NotAfter %v, want %v", c.NotAfter, cliNow.Add(-caBackdate+8761*time.Hour))
 	}
 
@@ -243,7 +243,7 @@ func TestCertsRefusals(t *testing.T) {
 	}
 }
 
-func copyFile(t *testing.T, from, to string) {
+func copyPEMFile(t *testing.T, from, to string) {
 	t.Helper()
 	b, err := os.ReadFile(from)
 	if err != nil {
@@ -282,7 +282,7 @@ func TestCertsMakefile(t *testing.T) {
 	}
 	runMake("root-ca")
 	runMake("west-cacerts", "east-cacerts")
-	root := readCerts(t, filepath.Join(work, "root-cert.pem"))[0]
+	root := readPEMCerts(t, filepath.Join(work, "root-cert.pem"))[0]
 	for _, cluster := range []string{"west", "east"} {
 		b, err := keystore.LoadDir(filepath.Join(work, cluster), time.Now())
 		if err != nil {

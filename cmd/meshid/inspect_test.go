@@ -33,19 +33,19 @@ import (
 
 const testWorkload = "spiffe://cluster.local/ns/default/sa/default"
 
-// hierarchy is a CA made by the CLI itself: certs root, then certs
+// cliHierarchy is a CA made by the CLI itself: certs root, then certs
 // intermediate, loaded the way `meshid server --ca-dir` loads it.
-type hierarchy struct {
+type cliHierarchy struct {
 	dir, rootDir, caDir string
 	bundle              *keystore.Bundle
 }
 
-func newHierarchy(t *testing.T) hierarchy {
+func newCLIHierarchy(t *testing.T) cliHierarchy {
 	t.Helper()
 	dir := t.TempDir()
-	h := hierarchy{dir: dir, rootDir: filepath.Join(dir, "root"), caDir: filepath.Join(dir, "west")}
-	mustRun(t, "certs", "root", "--out", h.rootDir)
-	mustRun(t, "certs", "intermediate", "--root", h.rootDir, "--out", h.caDir, "--name", "west", "--ttl", "8760h")
+	h := cliHierarchy{dir: dir, rootDir: filepath.Join(dir, "root"), caDir: filepath.Join(dir, "west")}
+	meshidOK(t, "certs", "root", "--out", h.rootDir)
+	meshidOK(t, "certs", "intermediate", "--root", h.rootDir, "--out", h.caDir, "--name", "west", "--ttl", "8760h")
 	b, err := keystore.LoadDir(h.caDir, cliNow)
 	if err != nil {
 		t.Fatalf("keystore.LoadDir(%s): %v", h.caDir, err)
@@ -54,14 +54,14 @@ func newHierarchy(t *testing.T) hierarchy {
 	return h
 }
 
-// leafSigner signs workload CSRs with a keystore bundle, as the CA does:
+// bundleSigner signs workload CSRs with a keystore bundle, as the CA does:
 // chain = leaf, the signing CA and its intermediates; roots separately.
-type leafSigner struct {
+type bundleSigner struct {
 	bundle *keystore.Bundle
 	clock  clock.Clock
 }
 
-func (s leafSigner) Sign(_ context.Context, csrPEM []byte, ttl time.Duration) (chain, roots []*x509.Certificate, err error) {
+func (s bundleSigner) Sign(_ context.Context, csrPEM []byte, ttl time.Duration) (chain, roots []*x509.Certificate, err error) {
 	b, _ := pem.Decode(csrPEM)
 	if b == nil {
 		return nil, nil, errors.New("no PEM")
@@ -80,7 +80,7 @@ func (s leafSigner) Sign(_ context.Context, csrPEM []byte, ttl time.Duration) (c
 	return append([]*x509.Certificate{leaf, s.bundle.Cert}, s.bundle.Intermediates...), s.bundle.Roots, nil
 }
 
-func (s leafSigner) issue(pub crypto.PublicKey, id string, nb time.Time, ttl time.Duration) (*x509.Certificate, error) {
+func (s bundleSigner) issue(pub crypto.PublicKey, id string, nb time.Time, ttl time.Duration) (*x509.Certificate, error) {
 	serial, err := certs.NewSerial()
 	if err != nil {
 		return nil, err
@@ -102,13 +102,13 @@ func (s leafSigner) issue(pub crypto.PublicKey, id string, nb time.Time, ttl tim
 
 // writeLeaf issues a workload certificate valid from nb for ttl and writes
 // leaf+intermediate (and the key, when withKey) to a file.
-func (h hierarchy) writeLeaf(t *testing.T, name string, nb time.Time, ttl time.Duration, withKey bool) string {
+func (h cliHierarchy) writeLeaf(t *testing.T, name string, nb time.Time, ttl time.Duration, withKey bool) string {
 	t.Helper()
 	key, err := certs.GenerateKey(certs.ECP256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := leafSigner{bundle: h.bundle}.issue(key.Public(), testWorkload, nb, ttl)
+	leaf, err := bundleSigner{bundle: h.bundle}.issue(key.Public(), testWorkload, nb, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,17 +131,17 @@ func (h hierarchy) writeLeaf(t *testing.T, name string, nb time.Time, ttl time.D
 // by the intermediate -> inspect verifies the whole chain.
 func TestInspectRoundTrip(t *testing.T) {
 	withCLIClock(t, cliNow)
-	h := newHierarchy(t)
+	h := newCLIHierarchy(t)
 	leaf := h.writeLeaf(t, "leaf.pem", cliNow.Add(-2*time.Minute), 12*time.Hour, true)
 	roots := filepath.Join(h.rootDir, "root-cert.pem")
 
-	out := mustRun(t, "inspect", "--roots", roots, leaf)
+	out := meshidOK(t, "inspect", "--roots", roots, leaf)
 	for _, want := range []string{"Cert Chain", "true", testWorkload, "11h58m"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	out = mustRun(t, "inspect", "--verbose", "--roots", roots, leaf, h.caDir)
+	out = meshidOK(t, "inspect", "--verbose", "--roots", roots, leaf, h.caDir)
 	for _, want := range []string{"Verified against:    " + roots, "matches", "CA:true, pathlen:0", "L=west"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("verbose output lacks %q:\n%s", want, out)
@@ -151,13 +151,13 @@ func TestInspectRoundTrip(t *testing.T) {
 
 func TestInspectExitCodes(t *testing.T) {
 	fake := withCLIClock(t, cliNow)
-	h := newHierarchy(t)
+	h := newCLIHierarchy(t)
 	roots := filepath.Join(h.rootDir, "root-cert.pem")
 	good := h.writeLeaf(t, "good.pem", cliNow.Add(-time.Minute), 12*time.Hour, false)
 	expired := h.writeLeaf(t, "expired.pem", cliNow.Add(-25*time.Hour), 24*time.Hour, false)
 	soon := h.writeLeaf(t, "soon.pem", cliNow.Add(-time.Hour), 90*time.Minute, false)
 	other := filepath.Join(h.dir, "other")
-	mustRun(t, "certs", "root", "--out", other)
+	meshidOK(t, "certs", "root", "--out", other)
 	otherRoots := filepath.Join(other, "root-cert.pem")
 
 	goodPEM, _ := os.ReadFile(good)
@@ -221,7 +221,7 @@ func TestInspectExitCodes(t *testing.T) {
 
 func TestInspectJSONAndPEM(t *testing.T) {
 	withCLIClock(t, cliNow)
-	h := newHierarchy(t)
+	h := newCLIHierarchy(t)
 	leafPath := h.writeLeaf(t, "leaf.pem", cliNow.Add(-time.Minute), time.Hour, true)
 	roots := filepath.Join(h.rootDir, "root-cert.pem")
 	leafPEM, _ := os.ReadFile(leafPath)
@@ -230,7 +230,7 @@ func TestInspectJSONAndPEM(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	out := mustRun(t, "inspect", "-o", "json", "--roots", roots, leafPath)
+	out := meshidOK(t, "inspect", "-o", "json", "--roots", roots, leafPath)
 	var rep struct {
 		SchemaVersion int    `json:"schema_version"`
 		Status        string `json:"status"`
@@ -276,7 +276,7 @@ func TestInspectJSONAndPEM(t *testing.T) {
 		t.Errorf("intermediate basic constraints %+v, want CA pathlen 0", bc)
 	}
 
-	out = mustRun(t, "inspect", "-o", "pem", leafPath)
+	out = meshidOK(t, "inspect", "-o", "pem", leafPath)
 	if strings.Contains(out, "PRIVATE KEY") {
 		t.Fatal("-o pem printed a private key")
 	}
@@ -286,8 +286,8 @@ func TestInspectJSONAndPEM(t *testing.T) {
 	}
 }
 
-// shortSocket returns a socket path short enough for sun_path.
-func shortSocket(t *testing.T) string {
+// shortSDSSocket returns a socket path short enough for sun_path.
+func shortSDSSocket(t *testing.T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "h4sds")
 	if err != nil {
@@ -302,13 +302,13 @@ func shortSocket(t *testing.T) string {
 // proxy would be served.
 func TestInspectSDS(t *testing.T) {
 	fake := withCLIClock(t, cliNow)
-	h := newHierarchy(t)
+	h := newCLIHierarchy(t)
 	id := spiffeid.RequireFromString(testWorkload)
-	mgr, err := secretcache.New(secretcache.Config{Signer: leafSigner{bundle: h.bundle, clock: fake}, ID: id, TTL: 12 * time.Hour, Clock: fake})
+	mgr, err := secretcache.New(secretcache.Config{Signer: bundleSigner{bundle: h.bundle, clock: fake}, ID: id, TTL: 12 * time.Hour, Clock: fake})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := shortSocket(t)
+	sock := shortSDSSocket(t)
 	srv, err := sds.New(sds.Config{Source: mgr, SocketPath: sock, Clock: fake})
 	if err != nil {
 		t.Fatal(err)
@@ -329,7 +329,7 @@ func TestInspectSDS(t *testing.T) {
 		}
 	})
 
-	out := mustRun(t, "inspect", "--sds", sock)
+	out := meshidOK(t, "inspect", "--sds", sock)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 3 || !strings.HasPrefix(lines[0], "RESOURCE") {
 		t.Fatalf("want a header and two rows:\n%s", out)
@@ -341,19 +341,19 @@ func TestInspectSDS(t *testing.T) {
 			}
 		}
 	}
-	out = mustRun(t, "inspect", "--sds", sock, "-v")
+	out = meshidOK(t, "inspect", "--sds", sock, "-v")
 	if !strings.Contains(out, "Verified against:    ROOTCA") || !strings.Contains(out, "from default, matches") {
 		t.Errorf("verbose SDS output does not show the chain verified against ROOTCA with a matching key:\n%s", out)
 	}
 
-	out = mustRun(t, "inspect", "--sds", sock, "--resource", "ROOTCA", "-o", "pem")
+	out = meshidOK(t, "inspect", "--sds", sock, "--resource", "ROOTCA", "-o", "pem")
 	if got, err := certs.ParseCertificates([]byte(out)); err != nil || len(got) != 1 || !got[0].Equal(h.bundle.Roots[0]) {
 		t.Fatalf("ROOTCA as PEM: %v\n%s", err, out)
 	}
 
 	// A foreign root: default no longer verifies.
 	other := filepath.Join(h.dir, "other")
-	mustRun(t, "certs", "root", "--out", other)
+	meshidOK(t, "certs", "root", "--out", other)
 	out, _, code := meshidRun(t, nil, "inspect", "--sds", sock, "--roots", filepath.Join(other, "root-cert.pem"))
 	if code != 2 || !strings.Contains(out, "unknown issuer") {
 		t.Fatalf("foreign --roots: exit %d\n%s", code, out)
@@ -366,7 +366,7 @@ func TestInspectSDS(t *testing.T) {
 }
 
 func TestInspectNotSDS(t *testing.T) {
-	sock := shortSocket(t)
+	sock := shortSDSSocket(t)
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)

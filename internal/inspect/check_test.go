@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"io"
 	"net/url"
 	"strings"
 	"testing"
@@ -243,6 +244,24 @@ func TestExpiresIn(t *testing.T) {
 	for _, tc := range tests {
 		if got := inspect.ExpiresIn(tc.d); got != tc.want {
 			t.Errorf("ExpiresIn(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
+
+// BenchmarkCheck measures checking one workload chain against its root
+// and rendering the table, what `meshid inspect --sds` does per resource.
+func BenchmarkCheck(b *testing.B) {
+	m := newMesh(b)
+	in := []*inspect.Input{{Name: "default", Certs: []*x509.Certificate{m.leaf, m.inter.cert}, Key: m.leafKey}}
+	opts := inspect.Options{Now: now, Roots: []*x509.Certificate{m.root.cert}, RootsName: "ROOTCA"}
+	b.ReportAllocs()
+	for b.Loop() {
+		rep := inspect.Check(in, opts)
+		if !rep.Valid {
+			b.Fatal("invalid")
+		}
+		if err := inspect.WriteTable(io.Discard, rep, false); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -21,7 +21,7 @@ type authority struct {
 	key  crypto.Signer
 }
 
-func newKey(t *testing.T) crypto.Signer {
+func newKey(t testing.TB) crypto.Signer {
 	t.Helper()
 	k, err := certs.GenerateKey(certs.ECP256)
 	if err != nil {
@@ -31,7 +31,7 @@ func newKey(t *testing.T) crypto.Signer {
 }
 
 // newRoot makes a self-signed root valid from nb for ttl.
-func newRoot(t *testing.T, subject pkix.Name, nb time.Time, ttl time.Duration) authority {
+func newRoot(t testing.TB, subject pkix.Name, nb time.Time, ttl time.Duration) authority {
 	t.Helper()
 	k := newKey(t)
 	c, err := certs.NewRootCA(certs.CASpec{Subject: subject, Key: k, NotBefore: nb, TTL: ttl, MaxPathLen: -1})
@@ -42,7 +42,7 @@ func newRoot(t *testing.T, subject pkix.Name, nb time.Time, ttl time.Duration) a
 }
 
 // intermediate makes a CA signed by a with the given path length.
-func (a authority) intermediate(t *testing.T, subject pkix.Name, nb time.Time, ttl time.Duration, pathLen int) authority {
+func (a authority) intermediate(t testing.TB, subject pkix.Name, nb time.Time, ttl time.Duration, pathLen int) authority {
 	t.Helper()
 	k := newKey(t)
 	c, err := certs.NewIntermediateCA(certs.CASpec{Subject: subject, Key: k, NotBefore: nb, TTL: ttl, MaxPathLen: pathLen}, a.cert, a.key)
@@ -54,7 +54,7 @@ func (a authority) intermediate(t *testing.T, subject pkix.Name, nb time.Time, t
 
 // leaf makes a SPIFFE workload certificate signed by a; mutate may change
 // the template (URIs, key usage...) before signing.
-func (a authority) leaf(t *testing.T, id string, nb time.Time, ttl time.Duration, mutate func(*x509.Certificate)) (*x509.Certificate, crypto.Signer) {
+func (a authority) leaf(t testing.TB, id string, nb time.Time, ttl time.Duration, mutate func(*x509.Certificate)) (*x509.Certificate, crypto.Signer) {
 	t.Helper()
 	k := newKey(t)
 	serial, err := certs.NewSerial()
@@ -98,7 +98,7 @@ type mesh struct {
 
 const workload = "spiffe://cluster.local/ns/default/sa/default"
 
-func newMesh(t *testing.T) mesh {
+func newMesh(t testing.TB) mesh {
 	t.Helper()
 	root := newRoot(t, pkix.Name{Organization: []string{"meshid"}, CommonName: "Root CA"}, now.Add(-24*time.Hour), 10*365*24*time.Hour)
 	inter := root.intermediate(t, pkix.Name{Organization: []string{"meshid"}, CommonName: "Intermediate CA", Locality: []string{"west"}},

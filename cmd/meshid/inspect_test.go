@@ -3,16 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +22,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
@@ -34,18 +33,25 @@ import (
 const testWorkload = "spiffe://cluster.local/ns/default/sa/default"
 
 // cliHierarchy is a CA made by the CLI itself: certs root, then certs
-// intermediate, loaded the way `meshid server --ca-dir` loads it.
+// intermediate, loaded the way `meshid server --ca-dir` loads it. It is
+// made on fake, which must read two days before cliNow (fake clocks only
+// move forward), so that leaves issued in the past (to be expired at cliNow)
+// fall inside the intermediate's validity; fake then reads cliNow.
 type cliHierarchy struct {
 	dir, rootDir, caDir string
 	bundle              *keystore.Bundle
 }
 
-func newCLIHierarchy(t *testing.T) cliHierarchy {
+func newCLIHierarchy(t *testing.T, fake *clock.Fake) cliHierarchy {
 	t.Helper()
 	dir := t.TempDir()
 	h := cliHierarchy{dir: dir, rootDir: filepath.Join(dir, "root"), caDir: filepath.Join(dir, "west")}
+	if !fake.Now().Equal(cliNow.Add(-48 * time.Hour)) {
+		t.Fatalf("newCLIHierarchy: the clock reads %v, want cliNow-48h", fake.Now())
+	}
 	meshidOK(t, "certs", "root", "--out", h.rootDir)
 	meshidOK(t, "certs", "intermediate", "--root", h.rootDir, "--out", h.caDir, "--name", "west", "--ttl", "8760h")
+	fake.Set(cliNow)
 	b, err := keystore.LoadDir(h.caDir, cliNow)
 	if err != nil {
 		t.Fatalf("keystore.LoadDir(%s): %v", h.caDir, err)
@@ -54,65 +60,56 @@ func newCLIHierarchy(t *testing.T) cliHierarchy {
 	return h
 }
 
-// bundleSigner signs workload CSRs with a keystore bundle, as the CA does:
-// chain = leaf, the signing CA and its intermediates; roots separately.
-type bundleSigner struct {
-	bundle *keystore.Bundle
-	clock  clock.Clock
+// authority is the real CA (ca.Authority) signing with the CLI-made
+// intermediate, on clk.
+func (h cliHierarchy) authority(t *testing.T, clk clock.Clock) *ca.Authority {
+	t.Helper()
+	a, err := ca.New(ca.Config{TrustDomain: spiffeid.RequireTrustDomainFromString("cluster.local"), Bundle: h.bundle, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
-func (s bundleSigner) Sign(_ context.Context, csrPEM []byte, ttl time.Duration) (chain, roots []*x509.Certificate, err error) {
-	b, _ := pem.Decode(csrPEM)
-	if b == nil {
-		return nil, nil, errors.New("no PEM")
-	}
-	csr, err := x509.ParseCertificateRequest(b.Bytes)
+// caSigner is the agent's view of the CA (secretcache.Signer): the real
+// ca.Authority without the gRPC hop. The chain it returns is the leaf, then
+// the intermediate; the roots come separately, as over CreateCertificate.
+type caSigner struct{ a *ca.Authority }
+
+func (s caSigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) (chain, roots []*x509.Certificate, err error) {
+	csr, err := ca.ParseCSR(csrPEM)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := csr.CheckSignature(); err != nil {
-		return nil, nil, err
-	}
-	leaf, err := s.issue(csr.PublicKey, csr.URIs[0].String(), s.clock.Now(), ttl)
+	id, err := spiffeid.FromURI(csr.URIs[0])
 	if err != nil {
 		return nil, nil, err
 	}
-	return append([]*x509.Certificate{leaf, s.bundle.Cert}, s.bundle.Intermediates...), s.bundle.Roots, nil
+	is, err := s.a.Sign(ctx, ca.Request{CSR: csr, ID: id, Caller: "default/default (test)", TTL: ttl})
+	if err != nil {
+		return nil, nil, err
+	}
+	return append([]*x509.Certificate{is.Leaf}, is.Chain...), is.Roots, nil
 }
 
-func (s bundleSigner) issue(pub crypto.PublicKey, id string, nb time.Time, ttl time.Duration) (*x509.Certificate, error) {
-	serial, err := certs.NewSerial()
-	if err != nil {
-		return nil, err
-	}
-	u := spiffeid.RequireFromString(id).URL()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, NotBefore: nb, NotAfter: nb.Add(ttl),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
-		URIs:                  []*url.URL{u},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, s.bundle.Cert, pub, s.bundle.Key)
-	if err != nil {
-		return nil, err
-	}
-	return x509.ParseCertificate(der)
-}
-
-// writeLeaf issues a workload certificate valid from nb for ttl and writes
-// leaf+intermediate (and the key, when withKey) to a file.
-func (h cliHierarchy) writeLeaf(t *testing.T, name string, nb time.Time, ttl time.Duration, withKey bool) string {
+// writeLeaf has the CA issue a workload certificate at issuedAt (NotBefore
+// is a minute earlier, the CA's clock skew) for ttl, and writes the leaf
+// and the intermediate (and the key, when withKey) to a file.
+func (h cliHierarchy) writeLeaf(t *testing.T, name string, issuedAt time.Time, ttl time.Duration, withKey bool) string {
 	t.Helper()
 	key, err := certs.GenerateKey(certs.ECP256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := bundleSigner{bundle: h.bundle}.issue(key.Public(), testWorkload, nb, ttl)
+	csr, err := certs.NewCSR(key, spiffeid.RequireFromString(testWorkload))
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := certs.EncodeCertificates(leaf, h.bundle.Cert)
+	chain, _, err := caSigner{h.authority(t, clock.NewFake(issuedAt))}.Sign(context.Background(), certs.EncodeCSR(csr), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := certs.EncodeCertificates(chain...)
 	if withKey {
 		k, err := certs.EncodePrivateKey(key)
 		if err != nil {
@@ -127,11 +124,11 @@ func (h cliHierarchy) writeLeaf(t *testing.T, name string, nb time.Time, ttl tim
 	return p
 }
 
-// TestInspectRoundTrip: certs root -> certs intermediate -> a leaf signed
-// by the intermediate -> inspect verifies the whole chain.
+// TestInspectRoundTrip: certs root -> certs intermediate -> keystore.LoadDir
+// -> ca.Authority issues a leaf -> inspect verifies the whole chain.
 func TestInspectRoundTrip(t *testing.T) {
-	withCLIClock(t, cliNow)
-	h := newCLIHierarchy(t)
+	fake := withCLIClock(t, cliNow.Add(-48*time.Hour))
+	h := newCLIHierarchy(t, fake)
 	leaf := h.writeLeaf(t, "leaf.pem", cliNow.Add(-2*time.Minute), 12*time.Hour, true)
 	roots := filepath.Join(h.rootDir, "root-cert.pem")
 
@@ -150,8 +147,8 @@ func TestInspectRoundTrip(t *testing.T) {
 }
 
 func TestInspectExitCodes(t *testing.T) {
-	fake := withCLIClock(t, cliNow)
-	h := newCLIHierarchy(t)
+	fake := withCLIClock(t, cliNow.Add(-48*time.Hour))
+	h := newCLIHierarchy(t, fake)
 	roots := filepath.Join(h.rootDir, "root-cert.pem")
 	good := h.writeLeaf(t, "good.pem", cliNow.Add(-time.Minute), 12*time.Hour, false)
 	expired := h.writeLeaf(t, "expired.pem", cliNow.Add(-25*time.Hour), 24*time.Hour, false)
@@ -220,8 +217,8 @@ func TestInspectExitCodes(t *testing.T) {
 }
 
 func TestInspectJSONAndPEM(t *testing.T) {
-	withCLIClock(t, cliNow)
-	h := newCLIHierarchy(t)
+	fake := withCLIClock(t, cliNow.Add(-48*time.Hour))
+	h := newCLIHierarchy(t, fake)
 	leafPath := h.writeLeaf(t, "leaf.pem", cliNow.Add(-time.Minute), time.Hour, true)
 	roots := filepath.Join(h.rootDir, "root-cert.pem")
 	leafPEM, _ := os.ReadFile(leafPath)
@@ -301,10 +298,10 @@ func shortSDSSocket(t *testing.T) string {
 // parts) with the CLI-made intermediate as the CA, and inspects what a
 // proxy would be served.
 func TestInspectSDS(t *testing.T) {
-	fake := withCLIClock(t, cliNow)
-	h := newCLIHierarchy(t)
+	fake := withCLIClock(t, cliNow.Add(-48*time.Hour))
+	h := newCLIHierarchy(t, fake)
 	id := spiffeid.RequireFromString(testWorkload)
-	mgr, err := secretcache.New(secretcache.Config{Signer: bundleSigner{bundle: h.bundle, clock: fake}, ID: id, TTL: 12 * time.Hour, Clock: fake})
+	mgr, err := secretcache.New(secretcache.Config{Signer: caSigner{h.authority(t, fake)}, ID: id, TTL: 12 * time.Hour, Clock: fake})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func (l *Loader) Run(ctx context.Context) (*Report, error) {
 		}
 		rep.Memory = &Memory{PID: l.cfg.PID, Before: rss}
 	}
-	conns, err := l.dial()
+	conns, err := l.dial(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/procfs"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meshid/meshid/internal/bench/latency"
@@ -217,7 +218,10 @@ func RSS(pid int) (uint64, error) {
 	return st.VmRSS, nil
 }
 
-func (l *Loader) dial() ([]*grpc.ClientConn, error) {
+// dial opens the connections and waits until each is ready, so that the
+// time to ready measures SDS and not the connection handshakes. A Unix
+// socket connects or fails at once, so the wait is bounded by ctx only.
+func (l *Loader) dial(ctx context.Context) ([]*grpc.ClientConn, error) {
 	n := (l.cfg.Streams + l.cfg.StreamsPerConn - 1) / l.cfg.StreamsPerConn
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -235,5 +239,29 @@ func (l *Loader) dial() ([]*grpc.ClientConn, error) {
 		}
 		conns = append(conns, c)
 	}
+	for _, c := range conns {
+		if err := waitReady(ctx, c); err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			return nil, fmt.Errorf("sdsload: connecting to %s: %w", l.cfg.Socket, err)
+		}
+	}
 	return conns, nil
+}
+
+func waitReady(ctx context.Context, c *grpc.ClientConn) error {
+	c.Connect()
+	for {
+		switch s := c.GetState(); s {
+		case connectivity.Ready:
+			return nil
+		case connectivity.TransientFailure, connectivity.Shutdown:
+			return errors.New("connection failed (is the agent serving on this socket?)")
+		default:
+			if !c.WaitForStateChange(ctx, s) {
+				return ctx.Err()
+			}
+		}
+	}
 }

@@ -184,6 +184,16 @@ func TestRunTimesOutWhenAResourceNeverComes(t *testing.T) {
 	}
 }
 
+func TestRunWithoutAgent(t *testing.T) {
+	l, err := sdsload.New(sdsload.Config{Socket: filepath.Join(t.TempDir(), "none.sock"), Streams: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "connecting to") {
+		t.Errorf("err = %v, want a connection failure", err)
+	}
+}
+
 func TestNewRejects(t *testing.T) {
 	rot := func(context.Context) error { return nil }
 	tests := []struct {

@@ -71,7 +71,9 @@ func (t *tracker) readyAt(i int, d time.Duration, now time.Time) {
 	t.isReadyS[i] = true
 	t.ready++
 	t.readyLat = append(t.readyLat, d)
-	t.lastReady = now
+	if now.After(t.lastReady) {
+		t.lastReady = now
+	}
 	t.openDoneLocked()
 }
 
@@ -104,7 +106,9 @@ func (t *tracker) content(i int, fp uint64, now time.Time) {
 		t.inRot[i] = false
 		t.rotated++
 		t.rotLat = append(t.rotLat, now.Sub(t.rotT0))
-		t.lastRot = now
+		if now.After(t.lastRot) {
+			t.lastRot = now
+		}
 		t.rotDoneLocked()
 	}
 }

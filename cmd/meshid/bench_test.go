@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/internal/bench/sdsload"
+	"github.com/meshid/meshid/sds"
+	"github.com/meshid/meshid/sds/secretcache"
+)
+
+// benchRun runs `meshid bench` with args and returns its output and error.
+func benchRun(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := newBenchCmd()
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	err = cmd.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+func TestBenchCAFlagErrors(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("not-a-jwt\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no token", nil, "a token is needed"},
+		{"both token sources", []string{"--token-file", tokenFile, "--dev-state-dir", dir}, "exclude each other"},
+		{"not a dev state dir", []string{"--dev-state-dir", dir}, "is not the state directory of meshid dev"},
+		{"unreadable token", []string{"--token-file", tokenFile, "--ca-root", tokenFile}, "bench ca: " + tokenFile},
+		{"service accounts need dev", []string{"--token-file", tokenFile, "--service-accounts", "3"}, "needs --dev-state-dir"},
+		{"output", []string{"--dev-state-dir", dir, "-o", "yaml"}, "want table or json"},
+		{"key type", []string{"--dev-state-dir", dir, "--key-type", "dsa"}, "unknown key type"},
+		{"sweep", []string{"--dev-state-dir", dir, "--sweep", "1,x"}, "positive integers"},
+		{"sweep zero", []string{"--dev-state-dir", dir, "--sweep", "0"}, "positive integers"},
+		{"chart format", []string{"--dev-state-dir", dir, "--chart", "c.gif"}, "want a .svg or .png"},
+		{"arguments", []string{"extra"}, "unknown command"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := benchRun(t, append([]string{"ca"}, tt.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestCAServerName(t *testing.T) {
+	tests := []struct{ addr, want string }{
+		{"localhost:15012", "istiod.istio-system.svc"},
+		{"my.localhost.test:15012", "istiod.istio-system.svc"},
+		{"127.0.0.1:15012", "127.0.0.1"},
+		{"meshid.istio-system.svc:15012", "meshid.istio-system.svc"},
+		{"[::1]:15012", "::1"},
+		{"no-port", "no-port"},
+	}
+	for _, tt := range tests {
+		if got := caServerName(tt.addr); got != tt.want {
+			t.Errorf("caServerName(%q) = %q, want %q", tt.addr, got, tt.want)
+		}
+	}
+}
+
+// benchAgent is a real SecretManager (signed by a real Authority) behind a
+// real SDS server, with an admin endpoint that forces a rotation as the
+// agent's /debug/rotate does.
+type benchAgent struct {
+	socket    string
+	admin     string
+	rotations int
+}
+
+type benchSigner struct{ a *ca.Authority }
+
+func (s benchSigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
+	csr, err := ca.ParseCSR(csrPEM)
+	if err != nil {
+		return nil, nil, err
+	}
+	id, err := x509svid.IDFromCert(&x509.Certificate{URIs: csr.URIs})
+	if err != nil {
+		return nil, nil, err
+	}
+	iss, err := s.a.Sign(ctx, ca.Request{CSR: csr, ID: id, Caller: "bench test", TTL: ttl})
+	if err != nil {
+		return nil, nil, err
+	}
+	return append([]*x509.Certificate{iss.Leaf}, iss.Chain...), iss.Roots, nil
+}
+
+func startBenchAgent(t *testing.T) *benchAgent {
+	t.Helper()
+	id := spiffeid.RequireFromString("spiffe://cluster.local/ns/bench/sa/bench-0")
+	bundle, _, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: "cluster.local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := ca.New(ca.Config{TrustDomain: id.TrustDomain(), Bundle: bundle, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := secretcache.New(secretcache.Config{Signer: benchSigner{auth}, ID: id, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "bench") // short: a socket path holds 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	srv, err := sds.New(sds.Config{Source: m, SocketPath: filepath.Join(dir, "sds.sock")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- m.Run(ctx) }()
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Errorf("agent: %v", err)
+			}
+		}
+	})
+	a := &benchAgent{socket: srv.SocketPath()}
+	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != sdsload.RotatePath {
+			http.NotFound(w, r)
+			return
+		}
+		a.rotations++
+		if err := m.Rotate(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(admin.Close)
+	a.admin = strings.TrimPrefix(admin.URL, "http://")
+	return a
+}
+
+func TestBenchSDS(t *testing.T) {
+	a := startBenchAgent(t)
+
+	stdout, stderr, err := benchRun(t, "sds", "--sds-socket", a.socket, "--streams", "40",
+		"--streams-per-conn", "15", "--rotate", "--agent-admin", a.admin, "-o", "json", "-q")
+	if err != nil {
+		t.Fatalf("bench sds: %v\n%s", err, stderr)
+	}
+	if stderr != "" {
+		t.Errorf("-q printed progress: %q", stderr)
+	}
+	var rep struct {
+		Streams, Connections, Ready, Failed int
+		Resources                           []string
+		TimeToReady                         struct{ Count int } `json:"time_to_ready"`
+		Memory                              *struct{}
+		Rotation                            *struct {
+			Streams, Rotated int
+			AllMS            float64 `json:"all_ms"`
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if rep.Streams != 40 || rep.Connections != 3 || rep.Ready != 40 || rep.Failed != 0 || rep.TimeToReady.Count != 40 ||
+		strings.Join(rep.Resources, ",") != "default,ROOTCA" {
+		t.Errorf("report:\n%s", stdout)
+	}
+	if rep.Memory != nil {
+		t.Errorf("memory reported without --agent-pid:\n%s", stdout)
+	}
+	if a.rotations != 1 || rep.Rotation == nil || rep.Rotation.Streams != 40 || rep.Rotation.Rotated != 40 || rep.Rotation.AllMS <= 0 {
+		t.Errorf("rotations = %d, report:\n%s", a.rotations, stdout)
+	}
+
+	// The table, with the memory of a process given as the agent.
+	stdout, _, err = benchRun(t, "sds", "--sds-socket", a.socket, "--streams", "5", "--agent-pid", "1", "-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"5/5 (0 failed)", "TIME TO READY", "AGENT RSS", "with streams open"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestBenchSDSErrors(t *testing.T) {
+	a := startBenchAgent(t)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"output", []string{"--sds-socket", a.socket, "-o", "yaml"}, "want table or json"},
+		{"streams", []string{"--sds-socket", a.socket, "--streams", "0"}, "must be positive"},
+		{"admin refuses", []string{"--sds-socket", a.socket, "--streams", "2", "--rotate", "--agent-admin", a.admin + "/nope"}, "forcing a rotation"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := benchRun(t, append([]string{"sds", "-q"}, tt.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -248,7 +248,7 @@ type dayDuration time.Duration
 
 func (d *dayDuration) String() string {
 	if *d == 0 {
-		return "0s"
+		return "0" // pflag's zero value: no "(default ...)" in the help
 	}
 	return time.Duration(*d).String()
 }

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# A short `meshid bench` run against a fresh `meshid dev`, for `make bench`.
+#
+# It starts `meshid dev` on its own ports and state directory, then runs
+#   1. bench ca: a concurrency sweep with ec-p256 leaf keys (and a chart),
+#   2. bench ca: the same load with rsa-2048 leaf keys at one concurrency,
+#   3. bench sds: STREAMS SDS streams, the dev process's RSS, and a forced
+#      rotation's fan-out,
+# printing each report, and stops `meshid dev` again. Every setting below can
+# be overridden from the environment, e.g. DURATION=10s SWEEP=1,2,4,8,16,32,64.
+set -euo pipefail
+
+BIN=${BIN:-bin/meshid}
+if [ -z "${STATE:-}" ]; then
+	STATE=$(mktemp -d "${TMPDIR:-/tmp}/meshid-bench.XXXXXX")
+	own_state=1
+fi
+CA_ADDR=${CA_ADDR:-127.0.0.1:25012}
+CA_MONITORING=${CA_MONITORING:-127.0.0.1:25014}
+AGENT_ADMIN=${AGENT_ADMIN:-127.0.0.1:25020}
+DURATION=${DURATION:-5s}
+SWEEP=${SWEEP:-1,8,64}
+CONCURRENCY=${CONCURRENCY:-8}
+SERVICE_ACCOUNTS=${SERVICE_ACCOUNTS:-100}
+STREAMS=${STREAMS:-1000}
+CHART=${CHART:-docs/ca-throughput.svg}
+
+"$BIN" dev --state-dir "$STATE" --listen "$CA_ADDR" --monitoring-listen "$CA_MONITORING" \
+	--agent-monitoring-listen "$AGENT_ADMIN" --log-level warn >"$STATE/dev.log" 2>&1 &
+dev=$!
+stop() {
+	kill "$dev" 2>/dev/null || true
+	wait "$dev" 2>/dev/null || true
+	if [ -n "${own_state:-}" ]; then rm -rf "$STATE"; fi
+}
+trap stop EXIT
+
+# Wait (at most 30 s) for the CA root and the SDS socket.
+for _ in $(seq 300); do
+	if [ -S "$STATE/sds.sock" ] && [ -s "$STATE/root-cert.pem" ]; then break; fi
+	if ! kill -0 "$dev" 2>/dev/null; then
+		echo "bench.sh: meshid dev exited:" >&2
+		cat "$STATE/dev.log" >&2
+		exit 1
+	fi
+	sleep 0.1
+done
+if ! [ -S "$STATE/sds.sock" ]; then
+	echo "bench.sh: meshid dev did not start within 30s:" >&2
+	cat "$STATE/dev.log" >&2
+	exit 1
+fi
+
+echo "== meshid bench ca: ec-p256 leaf keys, sweep $SWEEP, $DURATION per level"
+"$BIN" bench ca --addr "$CA_ADDR" --dev-state-dir "$STATE" --service-accounts "$SERVICE_ACCOUNTS" \
+	--pregen-keys --duration "$DURATION" --sweep "$SWEEP" --chart "$CHART"
+
+echo "== meshid bench ca: rsa-2048 leaf keys, concurrency $CONCURRENCY, $DURATION"
+"$BIN" bench ca --addr "$CA_ADDR" --dev-state-dir "$STATE" --service-accounts "$SERVICE_ACCOUNTS" \
+	--pregen-keys --key-type rsa-2048 --duration "$DURATION" --concurrency "$CONCURRENCY"
+
+echo "== meshid bench sds: $STREAMS streams, forced rotation"
+"$BIN" bench sds --sds-socket "$STATE/sds.sock" --streams "$STREAMS" --agent-pid "$dev" \
+	--rotate --agent-admin "$AGENT_ADMIN"

@@ -30,7 +30,10 @@ func (s *Server) DeltaSecrets(gs grpc.BidiStreamingServer[discoveryv3.DeltaDisco
 	defer func() {
 		st.end()
 		s.metrics.streams.Dec()
-		st.log.Debug("SDS stream closed", "error", err)
+		st.mu.Lock()
+		args := st.logAttrs("error", err)
+		st.mu.Unlock()
+		s.log.Debug("SDS stream closed", args...)
 	}()
 	for {
 		req, err := gs.Recv()
@@ -56,7 +59,7 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) {
 		if n == st.lastNonce {
 			st.ackLocked(req.GetErrorDetail(), "resources", st.lastNames)
 		} else {
-			defer st.stale(n)
+			st.staleLocked(n)
 		}
 	}
 	var removed []*topic

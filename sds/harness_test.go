@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,16 +36,27 @@ type harness struct {
 	logs   *logRecorder
 	path   string
 	client secretv3.SecretDiscoveryServiceClient
+	stop   func() // stops the server and closes the client
 }
 
 type harnessOpt func(*sds.Config)
 
 func withClock(c clock.Clock) harnessOpt { return func(cfg *sds.Config) { cfg.Clock = c } }
 
+// start runs a Server over src until the test ends.
 func start(t testing.TB, src sds.Source, opts ...harnessOpt) *harness {
 	t.Helper()
+	h := startUntilStopped(t, src, opts...)
+	t.Cleanup(h.stop)
+	return h
+}
+
+// startUntilStopped runs a Server until h.stop is called.
+func startUntilStopped(t testing.TB, src sds.Source, opts ...harnessOpt) *harness {
+	t.Helper()
 	h := &harness{reg: prometheus.NewRegistry(), logs: newLogRecorder()}
-	h.path = filepath.Join(shortTempDir(t), "run", "sds.sock")
+	dir := shortTempDir(t)
+	h.path = filepath.Join(dir, "run", "sds.sock")
 	cfg := sds.Config{
 		Source:     src,
 		SocketPath: h.path,
@@ -62,37 +74,57 @@ func start(t testing.TB, src sds.Source, opts ...harnessOpt) *harness {
 		t.Fatal(err)
 	}
 	h.srv = srv
-	runServer(t, srv)
-	h.client = secretv3.NewSecretDiscoveryServiceClient(dial(t, h.path))
+	stopServer := runUntilStopped(t, srv)
+	conn := dialUntilClosed(t, h.path)
+	h.client = secretv3.NewSecretDiscoveryServiceClient(conn)
+	h.stop = func() {
+		conn.Close()
+		stopServer()
+	}
 	return h
 }
 
 // runServer runs srv until the test ends and checks that Run returns nil.
 func runServer(t testing.TB, srv *sds.Server) {
 	t.Helper()
+	t.Cleanup(runUntilStopped(t, srv))
+}
+
+// runUntilStopped runs srv; the returned function stops it and checks that
+// Run returned nil.
+func runUntilStopped(t testing.TB, srv *sds.Server) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(guard):
+				t.Errorf("Run did not return")
 			}
-		case <-time.After(guard):
-			t.Errorf("Run did not return")
-		}
-	})
+		})
+	}
 }
 
 func dial(t testing.TB, path string) *grpc.ClientConn {
+	t.Helper()
+	conn := dialUntilClosed(t, path)
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func dialUntilClosed(t testing.TB, path string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
 	return conn
 }
 

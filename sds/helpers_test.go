@@ -315,8 +315,16 @@ func managerEnv(t *testing.T) *env {
 	}
 }
 
-// newManager runs a real Manager whose Signer is p.
+// newManager runs a real Manager whose Signer is p until the test ends.
 func newManager(t testing.TB, p *pki, clk clock.Clock) *secretcache.Manager {
+	t.Helper()
+	m, stop := runManager(t, p, clk)
+	t.Cleanup(stop)
+	return m
+}
+
+// runManager runs a real Manager whose Signer is p until stop is called.
+func runManager(t testing.TB, p *pki, clk clock.Clock) (*secretcache.Manager, func()) {
 	t.Helper()
 	m, err := secretcache.New(secretcache.Config{Signer: p, ID: testID, TTL: time.Hour, Clock: clk})
 	if err != nil {
@@ -325,13 +333,12 @@ func newManager(t testing.TB, p *pki, clk clock.Clock) *secretcache.Manager {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
+	return m, func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Manager.Run: %v", err)
 		}
-	})
-	return m
+	}
 }
 
 // logRecorder is a slog.Handler that lets tests wait for a log record

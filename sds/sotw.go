@@ -29,7 +29,10 @@ func (s *Server) StreamSecrets(gs grpc.BidiStreamingServer[discoveryv3.Discovery
 	defer func() {
 		st.end()
 		s.metrics.streams.Dec()
-		st.log.Debug("SDS stream closed", "error", err)
+		st.mu.Lock()
+		args := st.logAttrs("error", err)
+		st.mu.Unlock()
+		s.log.Debug("SDS stream closed", args...)
 	}()
 	for {
 		req, err := gs.Recv()
@@ -52,8 +55,8 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest) {
 		if n != st.lastNonce {
 			// The client has not seen our latest response yet; it will
 			// send its full state again when it has.
+			st.staleLocked(n)
 			st.mu.Unlock()
-			st.stale(n)
 			return
 		}
 		st.ackLocked(req.GetErrorDetail(), "resource", st.lastName, "version", st.lastVersion)

@@ -3,7 +3,6 @@ package sds
 import (
 	"errors"
 	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +29,7 @@ type stream struct {
 	srv *Server
 	gs  grpc.ServerStream
 	p   producer
-	log *slog.Logger
+	api string // "sotw" or "delta", for logs
 
 	mu        sync.Mutex
 	closed    bool   // the handler is returning; send nothing more
@@ -39,12 +38,18 @@ type stream struct {
 	lastNonce string // nonce of the latest response
 	nodeSeen  bool   // the first request was handled
 	spiffe    bool   // root secrets in the SPIFFE validator form
+	node      string // the node ID of the first request, for logs
 	wg        sync.WaitGroup
 }
 
 func (s *stream) init(srv *Server, gs grpc.ServerStream, p producer, api string) {
-	s.srv, s.gs, s.p = srv, gs, p
-	s.log = srv.log.With("api", api)
+	s.srv, s.gs, s.p, s.api = srv, gs, p, api
+}
+
+// logAttrs returns args with the stream's identity prepended. Streams keep
+// no logger of their own: with 10,000 streams, every byte per stream counts.
+func (s *stream) logAttrs(args ...any) []any {
+	return append([]any{"api", s.api, "node", s.node}, args...)
 }
 
 // kick implements subscriber.
@@ -75,8 +80,8 @@ func (s *stream) sendLoop() {
 		s.mu.Unlock()
 		// Only this goroutine sends, so SendMsg is never concurrent.
 		if err := s.gs.SendMsg(msg); err != nil {
-			s.log.Debug("SDS send failed; the stream is ending", "error", err)
 			s.mu.Lock()
+			s.srv.log.Debug("SDS send failed; the stream is ending", s.logAttrs("error", err)...)
 			s.sending = false
 			s.closed = true
 			s.mu.Unlock()
@@ -100,7 +105,10 @@ func (s *stream) checkType(typeURL string) bool {
 		return true
 	}
 	s.srv.metrics.bad.WithLabelValues(reasonTypeURL).Inc()
-	s.log.Warn("ignoring SDS request for another type", "type_url", typeURL)
+	s.mu.Lock()
+	args := s.logAttrs("type_url", typeURL)
+	s.mu.Unlock()
+	s.srv.log.Warn("ignoring SDS request for another type", args...)
 	return false
 }
 
@@ -114,10 +122,8 @@ func (s *stream) firstRequest(node *corev3.Node) {
 	}
 	s.nodeSeen = true
 	s.spiffe = wantsSPIFFE(node)
-	if node.GetId() != "" {
-		s.log = s.log.With("node", node.GetId())
-	}
-	s.log.Debug("SDS stream opened", "spiffe_validator", s.spiffe)
+	s.node = node.GetId()
+	s.srv.log.Debug("SDS stream opened", s.logAttrs("spiffe_validator", s.spiffe)...)
 }
 
 // ackLocked accounts a request that carries the latest nonce: an ACK, or a
@@ -128,20 +134,20 @@ func (s *stream) ackLocked(detail *status.Status, what ...any) {
 		return
 	}
 	s.srv.metrics.nacks.Inc()
-	args := append([]any{"code", codes.Code(detail.GetCode()).String(), "error", detail.GetMessage()}, what...)
-	s.log.Warn("SDS client rejected a response (NACK); it is not sent again, only a newer version is", args...)
+	args := s.logAttrs(append([]any{"code", codes.Code(detail.GetCode()).String(), "error", detail.GetMessage()}, what...)...)
+	s.srv.log.Warn("SDS client rejected a response (NACK); it is not sent again, only a newer version is", args...)
 }
 
-// stale accounts a request whose nonce is not the latest.
-func (s *stream) stale(nonce string) {
+// staleLocked accounts a request whose nonce is not the latest.
+func (s *stream) staleLocked(nonce string) {
 	s.srv.metrics.stale.Inc()
-	s.log.Debug("stale SDS request", "response_nonce", nonce)
+	s.srv.log.Debug("stale SDS request", s.logAttrs("response_nonce", nonce, "latest_nonce", s.lastNonce)...)
 }
 
 // unknownLocked accounts a subscribed name the Source does not know.
 func (s *stream) unknownLocked(name string) {
 	s.srv.metrics.bad.WithLabelValues(reasonUnknownResource).Inc()
-	s.log.Warn("SDS client asked for an unknown resource", "resource", name)
+	s.srv.log.Warn("SDS client asked for an unknown resource", s.logAttrs("resource", name)...)
 }
 
 // close stops sending and waits for the sender goroutine. The caller then

@@ -1,0 +1,133 @@
+package monitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Config configures a monitoring Server.
+type Config struct {
+	// Listen is the TCP address, such as "127.0.0.1:15014". Required.
+	Listen string
+	// Gatherer provides /metrics. Required.
+	Gatherer prometheus.Gatherer
+	// Ready reports readiness for /readyz: nil is ready, an error is the
+	// reason it is not. nil means always ready.
+	Ready func() error
+	// Handlers are extra endpoints by path, such as "/debug/rotate".
+	Handlers map[string]http.Handler
+	Logger   *slog.Logger // nil discards logs
+}
+
+// Server is the monitoring HTTP server.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	http *http.Server
+
+	mu sync.Mutex
+	ln net.Listener
+}
+
+// New validates cfg and builds the server. It does not listen.
+func New(cfg Config) (*Server, error) {
+	if cfg.Listen == "" {
+		return nil, errors.New("monitor: Listen is required")
+	}
+	if cfg.Gatherer == nil {
+		return nil, errors.New("monitor: Gatherer is required")
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func() error { return nil }
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: nil}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := cfg.Ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	for path, h := range cfg.Handlers {
+		mux.Handle(path, h)
+	}
+	return &Server{
+		cfg: cfg,
+		log: log,
+		http: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       60 * time.Second,
+		},
+	}, nil
+}
+
+// Listen binds the address, so that Addr is known before Run. Run calls it
+// when it has not been called.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("monitor: listen %s: %w", s.cfg.Listen, err)
+	}
+	s.ln = ln
+	return nil
+}
+
+// Addr returns the bound address, or nil before Listen.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Run serves until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	ln := s.ln
+	s.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() { errc <- s.http.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("monitor: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.http.Shutdown(shutdownCtx); err != nil {
+		s.log.Warn("monitor: shutdown", "err", err)
+	}
+	<-errc
+	return nil
+}

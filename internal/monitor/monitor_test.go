@@ -1,0 +1,92 @@
+package monitor_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshid/meshid/internal/monitor"
+)
+
+func TestEndpoints(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "meshid_test_total", Help: "test"})
+	reg.MustRegister(c)
+	c.Add(3)
+	var ready atomic.Bool
+	s, err := monitor.New(monitor.Config{
+		Listen:   "127.0.0.1:0",
+		Gatherer: reg,
+		Ready: func() error {
+			if !ready.Load() {
+				return errors.New("no certificate yet")
+			}
+			return nil
+		},
+		Handlers: map[string]http.Handler{"/extra": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			io.WriteString(w, "extra")
+		})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	base := "http://" + s.Addr().String()
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	tests := []struct {
+		path     string
+		wantCode int
+		wantBody string
+	}{
+		{"/healthz", 200, "ok"},
+		{"/readyz", 503, "no certificate yet"},
+		{"/metrics", 200, "meshid_test_total 3"},
+		{"/extra", 200, "extra"},
+		{"/nope", 404, ""},
+	}
+	for _, tc := range tests {
+		code, body := get(tc.path)
+		if code != tc.wantCode || !strings.Contains(body, tc.wantBody) {
+			t.Errorf("GET %s = %d %q, want %d containing %q", tc.path, code, body, tc.wantCode, tc.wantBody)
+		}
+	}
+	ready.Store(true)
+	if code, _ := get("/readyz"); code != 200 {
+		t.Errorf("GET /readyz after ready = %d, want 200", code)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	if _, err := monitor.New(monitor.Config{Gatherer: prometheus.NewRegistry()}); err == nil {
+		t.Error("New without Listen succeeded")
+	}
+	if _, err := monitor.New(monitor.Config{Listen: "127.0.0.1:0"}); err == nil {
+		t.Error("New without Gatherer succeeded")
+	}
+}

@@ -29,16 +29,18 @@ const (
 // Failure reasons, the values of the reason label of
 // meshid_ca_sign_failures_total.
 const (
-	reasonBadCSR        = "bad_csr"             // malformed CSR or bad signature
-	reasonWeakKey       = "weak_key"            // key type or size not allowed
-	reasonExtension     = "forbidden_extension" // basicConstraints CA:true
-	reasonSAN           = "forbidden_san"       // DNS/IP/email/other SANs, several URIs
-	reasonIdentity      = "identity_mismatch"   // a URI SAN that is not the caller's identity
-	reasonTTL           = "ttl"                 // TTL negative or above the maximum
-	reasonUnavailable   = "unavailable"         // CA expired, request canceled
-	reasonInternal      = "internal"            // a bug or a signer failure
-	maxEchoedInputBytes = 128                   // longest piece of caller input quoted in an error
+	reasonBadCSR      = "bad_csr"             // malformed CSR or bad signature
+	reasonWeakKey     = "weak_key"            // key type or size not allowed
+	reasonExtension   = "forbidden_extension" // basicConstraints CA:true
+	reasonSAN         = "forbidden_san"       // DNS/IP/email/other SANs, several URIs
+	reasonIdentity    = "identity_mismatch"   // a URI SAN that is not the caller's identity
+	reasonTTL         = "ttl"                 // TTL negative or above the maximum
+	reasonUnavailable = "unavailable"         // CA expired, request canceled
+	reasonInternal    = "internal"            // a bug or a signer failure
 )
+
+// maxEchoedInputBytes is the longest piece of caller input quoted in an error.
+const maxEchoedInputBytes = 128
 
 var failureReasons = []string{reasonBadCSR, reasonWeakKey, reasonExtension, reasonSAN, reasonIdentity, reasonTTL, reasonUnavailable, reasonInternal}
 

@@ -1,0 +1,71 @@
+package ca_test
+
+import (
+	"context"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"net"
+	"testing"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
+)
+
+// FuzzParseAndCheckCSR feeds arbitrary bytes through ParseCSR and Sign. It
+// must never panic, must fail only with InvalidArgument or
+// PermissionDenied, and must only ever sign a non-CA leaf for the caller's
+// own identity.
+func FuzzParseAndCheckCSR(f *testing.F) {
+	a := newAuthority(f, rootBundle(f, certs.ECP256, t0), clock.NewFake(t0))
+	id := callerID.String()
+	basicCA, _ := asn1.Marshal(struct {
+		IsCA bool `asn1:"optional"`
+	}{true})
+	for _, s := range []csrSpec{
+		{uris: []string{id}},
+		{},
+		{key: mustKey(f, certs.RSA2048), uris: []string{id}},
+		{key: mustKey(f, certs.Ed25519), uris: []string{id}},
+		{key: mustKey(f, certs.ECP384), subject: pkix.Name{Organization: []string{""}}, uris: []string{id}},
+		{uris: []string{otherID.String()}},
+		{uris: []string{id, id}},
+		{dns: []string{"a.example"}, ips: []net.IP{net.IPv4(10, 0, 0, 1)}, emails: []string{"x@y.example"}},
+		{extra: []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 19}, Critical: true, Value: basicCA}}},
+	} {
+		pemCSR, _ := mkCSR(f, s)
+		f.Add(pemCSR)
+		f.Add(append(append([]byte{}, pemCSR...), pemCSR...))
+		f.Add(pemCSR[:len(pemCSR)/2])
+	}
+	f.Add(istioCSR(f, mustKey(f, certs.ECP256), id, false))
+	f.Add([]byte("-----BEGIN CERTIFICATE REQUEST-----\n-----END CERTIFICATE REQUEST-----\n"))
+	f.Add([]byte("not a CSR"))
+	f.Add([]byte{})
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		csr, err := ca.ParseCSR(data)
+		if err != nil {
+			if k := ca.KindOf(err); k != ca.KindInvalidArgument {
+				t.Fatalf("ParseCSR error of kind %v: %v", k, err)
+			}
+			return
+		}
+		iss, err := a.Sign(context.Background(), ca.Request{CSR: csr, ID: callerID, Caller: "fuzz"})
+		if err != nil {
+			if k := ca.KindOf(err); k != ca.KindInvalidArgument && k != ca.KindPermissionDenied {
+				t.Fatalf("Sign error of kind %v: %v", k, err)
+			}
+			return
+		}
+		leaf := iss.Leaf
+		if leaf.IsCA || len(leaf.URIs) != 1 || leaf.URIs[0].String() != id ||
+			len(leaf.DNSNames)+len(leaf.IPAddresses)+len(leaf.EmailAddresses) != 0 {
+			t.Fatalf("signed a leaf outside the profile: CA=%v URIs=%v DNS=%v IP=%v email=%v",
+				leaf.IsCA, leaf.URIs, leaf.DNSNames, leaf.IPAddresses, leaf.EmailAddresses)
+		}
+		if err := leaf.CheckSignatureFrom(a.Bundle().Cert); err != nil {
+			t.Fatalf("leaf does not verify: %v", err)
+		}
+	})
+}

@@ -62,8 +62,8 @@ func (m *Manager) watchDirLocked(dir string) {
 		return
 	}
 	if err := m.watcher.Add(dir); err != nil {
-		m.log.Warn("cannot watch directory; changes to its files will not be pushed", "dir", dir, "error", err)
 		m.metrics.fileFailures.Inc()
+		m.log.Warn("cannot watch directory; changes to its files will not be pushed", "dir", dir, "error", err)
 		return
 	}
 	m.watched[dir] = true
@@ -152,8 +152,8 @@ func (m *Manager) watchFiles(ctx context.Context, w *fsnotify.Watcher) {
 			if !ok {
 				return
 			}
-			m.log.Warn("file watch error", "error", err)
 			m.metrics.fileFailures.Inc()
+			m.log.Warn("file watch error", "error", err)
 		case ev, ok := <-w.Events:
 			if !ok {
 				return
@@ -163,8 +163,8 @@ func (m *Manager) watchFiles(ctx context.Context, w *fsnotify.Watcher) {
 			m.mu.Unlock()
 			for _, e := range entries {
 				if err := m.reload(e); err != nil {
-					m.log.Warn("file secret not reloaded; keeping the last good content", "name", e.name, "error", err)
 					m.metrics.fileFailures.Inc()
+					m.log.Warn("file secret not reloaded; keeping the last good content", "name", e.name, "error", err)
 				}
 			}
 		}

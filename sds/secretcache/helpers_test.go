@@ -82,18 +82,20 @@ func (ca *testCA) setFail(c codes.Code) {
 
 func (ca *testCA) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
 	ca.calls.Add(1)
-	ca.entered <- struct{}{}
+	// The outcome is decided on entry, so a test that changes the knobs
+	// after seeing the call enter does not change this call.
 	ca.mu.Lock()
-	gate := ca.gate
+	gate, failCode := ca.gate, ca.failCode
 	ca.mu.Unlock()
+	ca.entered <- struct{}{}
 	if gate != nil {
 		<-gate
 	}
+	if failCode != codes.OK {
+		return nil, nil, status.Error(failCode, "test CA is failing")
+	}
 	ca.mu.Lock()
 	defer ca.mu.Unlock()
-	if ca.failCode != codes.OK {
-		return nil, nil, status.Error(ca.failCode, "test CA is failing")
-	}
 	b, _ := pem.Decode(csrPEM)
 	if b == nil || b.Type != certs.BlockCSR {
 		return nil, nil, status.Error(codes.InvalidArgument, "bad CSR PEM")
@@ -189,12 +191,13 @@ func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-func (l *logRecorder) count(prefix string) int {
+// count returns how many records contain sub (message or attributes).
+func (l *logRecorder) count(sub string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
 	for _, m := range l.msgs {
-		if strings.HasPrefix(m, prefix) {
+		if strings.Contains(m, sub) {
 			n++
 		}
 	}
@@ -207,7 +210,7 @@ func (l *logRecorder) all() string {
 	return strings.Join(l.msgs, "\n")
 }
 
-// waitFor waits until at least n records start with prefix.
+// waitFor waits until at least n records contain prefix.
 func (l *logRecorder) waitFor(t *testing.T, prefix string, n int) {
 	t.Helper()
 	guard := time.After(20 * time.Second)

@@ -92,7 +92,7 @@ func TestRotationNeverServesExpired(t *testing.T) {
 	}
 }
 
-// backoffSchedule advances the clock deadline by deadline while the CA
+// checkBackoff advances the clock deadline by deadline while the CA
 // fails and checks each retry delay against base·2^n capped at max, less up
 // to 20% jitter.
 func checkBackoff(t *testing.T, f *fixture, want []time.Duration) {
@@ -110,6 +110,7 @@ func checkBackoff(t *testing.T, f *fixture, want []time.Duration) {
 			t.Fatalf("retry %d did not reach the CA", i+1)
 		}
 	}
+	f.parked(t) // the last failure has been handled
 }
 
 func TestCAOutage(t *testing.T) {

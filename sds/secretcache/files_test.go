@@ -1,0 +1,211 @@
+package secretcache_test
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/sds/secretcache"
+)
+
+// pair is a certificate and its key, created at run time.
+type pair struct {
+	cert            *x509.Certificate
+	key             crypto.Signer
+	certPEM, keyPEM []byte
+}
+
+func newPair(t *testing.T, cn string) pair {
+	t.Helper()
+	key, err := certs.GenerateKey(certs.ECP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := certs.NewRootCA(certs.CASpec{Subject: pkix.Name{CommonName: cn}, Key: key, NotBefore: epoch.Add(-time.Hour), TTL: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := certs.EncodePrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair{cert: c, key: key, certPEM: certs.EncodeCertificates(c), keyPEM: keyPEM}
+}
+
+func writeFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := certs.WriteFileAtomic(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeDataDir writes a Kubernetes-style timestamped data directory.
+func writeDataDir(t *testing.T, dir, ts string, p pair) {
+	t.Helper()
+	d := filepath.Join(dir, ts)
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(d, "cert.pem"), p.certPEM)
+	writeFile(t, filepath.Join(d, "key.pem"), p.keyPEM)
+}
+
+func mustSymlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFileCertSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	p1, p2 := newPair(t, "one"), newPair(t, "two")
+	// The layout the kubelet makes for a Secret volume.
+	writeDataDir(t, dir, "..2026_03_01_12_00_00.1", p1)
+	mustSymlink(t, "..2026_03_01_12_00_00.1", filepath.Join(dir, "..data"))
+	mustSymlink(t, "..data/cert.pem", filepath.Join(dir, "cert.pem"))
+	mustSymlink(t, "..data/key.pem", filepath.Join(dir, "key.pem"))
+	name := secretcache.FileCertPrefix + filepath.Join(dir, "cert.pem") + "~" + filepath.Join(dir, "key.pem")
+
+	f := newFixture(t, nil)
+	v1 := mustSecret(t, f.m, name)
+	if !v1.Chain[0].Equal(p1.cert) || !certs.KeyMatches(v1.Chain[0].PublicKey, v1.Key) || v1.Name != name || v1.TrustDomain != testTD {
+		t.Fatalf("first load: %+v", v1)
+	}
+	ch := watch(t, f.m, name)
+	f.run(t)
+	f.logs.waitFor(t, "watching directory", 1)
+
+	// The kubelet's atomic update: a new timestamped directory, a new
+	// symlink renamed over ..data, the old directory removed.
+	writeDataDir(t, dir, "..2026_03_01_13_00_00.2", p2)
+	mustSymlink(t, "..2026_03_01_13_00_00.2", filepath.Join(dir, "..data_tmp"))
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "..2026_03_01_12_00_00.1")); err != nil {
+		t.Fatal(err)
+	}
+	v2 := receive(t, ch, "symlink swap")
+	if !v2.Chain[0].Equal(p2.cert) || !certs.KeyMatches(v2.Chain[0].PublicKey, v2.Key) || v2.Version == v1.Version {
+		t.Fatal("push after the swap does not hold the new pair")
+	}
+	if s := mustSecret(t, f.m, name); s.Version != v2.Version {
+		t.Fatal("Secret does not serve the swapped pair")
+	}
+	if n := f.ca.calls.Load(); n != 0 {
+		t.Fatalf("file secrets sent %d CSRs", n)
+	}
+}
+
+func TestFileRootHalfWrittenNotServed(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "root-cert.pem")
+	a, b, c, d := newPair(t, "a"), newPair(t, "b"), newPair(t, "c"), newPair(t, "d")
+	writeFile(t, path, certs.EncodeCertificates(a.cert, b.cert))
+	name := secretcache.FileRootPrefix + path
+
+	f := newFixture(t, nil)
+	r1 := mustSecret(t, f.m, name)
+	if len(r1.Roots) != 2 || r1.Chain != nil || r1.Key != nil {
+		t.Fatalf("first load: %+v", r1)
+	}
+	ch := watch(t, f.m, name)
+	f.run(t)
+	f.logs.waitFor(t, "watching directory", 1)
+
+	next := certs.EncodeCertificates(c.cert, d.cert)
+	// A writer that stopped in the middle of the last block.
+	if err := os.WriteFile(path, next[:len(next)-100], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.logs.waitFor(t, "file secret not reloaded", 1)
+	if s := mustSecret(t, f.m, name); s.Version != r1.Version {
+		t.Fatal("a half-written bundle replaced the last good one")
+	}
+	if v := metricValue(t, f.reg, "meshid_agent_file_secret_failures_total"); v < 1 {
+		t.Fatalf("file failures = %v", v)
+	}
+	writeFile(t, path, next)
+	r2 := receive(t, ch, "complete bundle")
+	if len(r2.Roots) != 2 || !r2.Roots[0].Equal(c.cert) || !r2.Roots[1].Equal(d.cert) {
+		t.Fatal("pushed bundle is not the complete new one")
+	}
+}
+
+func TestFileCertMismatchedKeyNotServed(t *testing.T) {
+	dir := t.TempDir()
+	certPath, keyPath := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	p1, p2 := newPair(t, "one"), newPair(t, "two")
+	writeFile(t, certPath, p1.certPEM)
+	writeFile(t, keyPath, p1.keyPEM)
+	name := secretcache.FileCertPrefix + certPath + "~" + keyPath
+
+	f := newFixture(t, nil)
+	v1 := mustSecret(t, f.m, name)
+	ch := watch(t, f.m, name)
+	f.run(t)
+	f.logs.waitFor(t, "watching directory", 1)
+
+	// The certificate is replaced first: it does not match the old key.
+	writeFile(t, certPath, p2.certPEM)
+	f.logs.waitFor(t, "does not match the certificate", 1)
+	if s := mustSecret(t, f.m, name); s.Version != v1.Version {
+		t.Fatal("a certificate with a mismatched key was served")
+	}
+	// A truncated key is not served either.
+	writeFile(t, keyPath, p2.keyPEM[:len(p2.keyPEM)/2])
+	f.logs.waitFor(t, "no PEM data", 1)
+	if s := mustSecret(t, f.m, name); s.Version != v1.Version {
+		t.Fatal("a truncated key was served")
+	}
+	if containsFold(f.logs.all(), string(p2.keyPEM[40:80])) {
+		t.Fatal("key material in the logs")
+	}
+	writeFile(t, keyPath, p2.keyPEM)
+	v2 := receive(t, ch, "matching pair")
+	if !v2.Chain[0].Equal(p2.cert) || !certs.KeyMatches(v2.Chain[0].PublicKey, v2.Key) {
+		t.Fatal("pushed pair does not match")
+	}
+}
+
+func TestFileAppearsLater(t *testing.T) {
+	dir := t.TempDir()
+	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	name := secretcache.FileCertPrefix + certPath + "~" + keyPath
+	f := newFixture(t, nil)
+	_, err := f.m.Secret(context.Background(), name)
+	if !isNotReady(err) || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Secret of missing files = %v, want ErrNotReady wrapping ErrNotExist", err)
+	}
+	ch := watch(t, f.m, name)
+	f.run(t)
+	f.logs.waitFor(t, "watching directory", 1)
+	p := newPair(t, "late")
+	writeFile(t, keyPath, p.keyPEM)
+	writeFile(t, certPath, p.certPEM)
+	s := receive(t, ch, "files appearing")
+	if !s.Chain[0].Equal(p.cert) {
+		t.Fatal("wrong certificate")
+	}
+}
+
+func TestFileRelativeName(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	p := newPair(t, "rel")
+	writeFile(t, "root.pem", p.certPEM)
+	f := newFixture(t, nil)
+	s := mustSecret(t, f.m, secretcache.FileRootPrefix+"root.pem")
+	if !s.Roots[0].Equal(p.cert) || s.Name != secretcache.FileRootPrefix+"root.pem" {
+		t.Fatalf("relative file-root: %+v", s)
+	}
+}

@@ -58,10 +58,19 @@ func (l *Loader) Run(ctx context.Context) (*Report, error) {
 	if l.cfg.Progress != nil {
 		bg.Go(func() { l.progress(t, finished) })
 	}
+	// One context per connection: thousands of streams deriving their
+	// contexts from a single parent contend on that parent's lock.
+	cctxs := make([]context.Context, len(conns))
+	for i := range cctxs {
+		var cancel context.CancelFunc
+		cctxs[i], cancel = context.WithCancel(sctx)
+		defer cancel()
+	}
 	start := l.clock.Now()
 	for i := range l.cfg.Streams {
-		client := secretv3.NewSecretDiscoveryServiceClient(conns[i/l.cfg.StreamsPerConn])
-		streams.Go(func() { l.stream(sctx, t, sem, i, client) })
+		c := i / l.cfg.StreamsPerConn
+		client := secretv3.NewSecretDiscoveryServiceClient(conns[c])
+		streams.Go(func() { l.stream(cctxs[c], t, sem, i, client) })
 	}
 
 	werr := l.wait(ctx, t.allReady, "every stream to be ready")

@@ -70,11 +70,16 @@ func backoff(attempt int, base, max time.Duration, u float64) time.Duration {
 
 func randFloat() float64 { return rand.Float64() }
 
-// codeOf names the failure for logs and metrics: the gRPC code when the
-// error carries one, "invalid_response" for refused answers.
+// codeOf names the failure for logs and metrics: "invalid_response" for
+// answers the Manager refused, the FailureCode of an error that has one
+// (caclient's local failures), else the gRPC code.
 func codeOf(err error) string {
 	if errors.Is(err, errInvalidResponse) {
 		return "invalid_response"
+	}
+	var fc interface{ FailureCode() string }
+	if errors.As(err, &fc) {
+		return fc.FailureCode()
 	}
 	if s, ok := status.FromError(err); ok {
 		return s.Code().String()

@@ -21,8 +21,9 @@ import (
 
 // Signer sends a CSR to a CA. caclient.Client implements it. It returns the
 // leaf followed by the intermediates, and the root bundle. Errors should
-// carry a gRPC status (the Manager logs and counts failures by code). Sign
-// must return within a bounded time; caclient applies its Timeout.
+// carry a gRPC status, or have a FailureCode() string method for local
+// failures; the Manager logs and counts failures by that code. Sign must
+// return within a bounded time; caclient applies its Timeout.
 type Signer interface {
 	Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) (chain, roots []*x509.Certificate, err error)
 }

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,7 +25,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/bench/caload"
 	"github.com/meshid/meshid/internal/bench/chart"
-	"github.com/meshid/meshid/internal/bench/sdsload"
+	"github.com/meshid/meshid/internal/bench/cryptobound"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/sds/secretcache"
 )
@@ -57,7 +59,8 @@ type benchCAFlags struct {
 	serviceAccounts, concurrency int
 	requests, connections        int
 	duration, timeout, ttl       time.Duration
-	pregen, quiet                bool
+	pregen, quiet, cryptoBound   bool
+	caKeyType                    string
 }
 
 func newBenchCACmd() *cobra.Command {
@@ -106,6 +109,8 @@ Latency percentiles cover successful requests.`,
 	fl.DurationVar(&f.ttl, "ttl", 0, "requested certificate validity (0: the CA's default)")
 	fl.StringVar(&f.clusterID, "cluster-id", "", "ClusterID sent in the request metadata, as Istio's agent does")
 	fl.DurationVar(&f.timeout, "timeout", caload.DefaultTimeout, "timeout of each request")
+	fl.BoolVar(&f.cryptoBound, "crypto-bound", false, "first measure the in-process raw crypto bound (CSR signature check + CA signature, on every CPU) and report throughput as a fraction of it")
+	fl.StringVar(&f.caKeyType, "ca-key-type", "", "CA key type for --crypto-bound (default: the key type of the --ca-root certificate)")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines on standard error")
 	return cmd
@@ -121,8 +126,18 @@ func keyTypeList() string {
 
 // benchCAResult is the JSON document of `bench ca -o json`.
 type benchCAResult struct {
-	Addr string           `json:"addr"`
-	Runs []*caload.Report `json:"runs"`
+	Addr        string           `json:"addr"`
+	CryptoBound *benchBound      `json:"crypto_bound,omitempty"`
+	Runs        []*caload.Report `json:"runs"`
+}
+
+// benchBound is the in-process raw crypto bound and the best run's share of it.
+type benchBound struct {
+	LeafKeyType    string  `json:"leaf_key_type"`
+	CAKeyType      string  `json:"ca_key_type"`
+	Workers        int     `json:"workers"`
+	CertsPerSecond float64 `json:"certs_per_second"`
+	BestRatio      float64 `json:"best_ratio"` // best run's certs/s over the bound
 }
 
 func runBenchCA(cmd *cobra.Command, f *benchCAFlags) error {
@@ -203,15 +218,30 @@ func runBenchCA(cmd *cobra.Command, f *benchCAFlags) error {
 		fmt.Fprintf(stderr, "bench ca: %s, %d identit(ies), %s keys, concurrency %s, %s\n",
 			f.addr, len(ids), kt, joinInts(levels), what)
 	}
+	var bound *benchBound
+	if f.cryptoBound {
+		if bound, err = measureBound(ctx, f, kt, caRoot, stderr); err != nil {
+			return err
+		}
+	}
 	reports, runErr := l.Sweep(ctx, levels)
 	if len(reports) == 0 && runErr != nil {
 		return fmt.Errorf("bench ca: %w", runErr)
 	}
+	if bound != nil {
+		for _, r := range reports {
+			bound.BestRatio = max(bound.BestRatio, math.Round(r.Throughput/bound.CertsPerSecond*1000)/1000)
+		}
+	}
 	out := cmd.OutOrStdout()
 	if f.output == "json" {
-		err = writeJSON(out, benchCAResult{Addr: f.addr, Runs: reports})
+		err = writeJSON(out, benchCAResult{Addr: f.addr, CryptoBound: bound, Runs: reports})
 	} else {
 		err = caload.WriteTable(out, reports)
+		if err == nil && bound != nil {
+			_, err = fmt.Fprintf(out, "in-process crypto bound: %.1f certs/s (%s CSR check + %s CA signature, %d CPUs); best run: %.1f%% of it\n",
+				bound.CertsPerSecond, bound.LeafKeyType, bound.CAKeyType, bound.Workers, 100*bound.BestRatio)
+		}
 	}
 	if err != nil {
 		return err
@@ -224,6 +254,9 @@ func runBenchCA(cmd *cobra.Command, f *benchCAFlags) error {
 		c := chart.Chart{
 			Title:  fmt.Sprintf("meshid CA: CreateCertificate throughput, %s leaf keys", kt),
 			Series: []chart.Series{{Name: string(kt), Points: pts}},
+		}
+		if bound != nil {
+			c.Bound, c.BoundName = bound.CertsPerSecond, "in-process crypto bound"
 		}
 		if err := chart.Save(f.chart, c); err != nil {
 			return fmt.Errorf("bench ca: %w", err)
@@ -241,6 +274,36 @@ func runBenchCA(cmd *cobra.Command, f *benchCAFlags) error {
 		}
 	}
 	return nil
+}
+
+// measureBound measures the in-process raw crypto bound for leaf keys of
+// type leaf and the CA's key type (--ca-key-type, else that of the first
+// certificate in caRoot).
+func measureBound(ctx context.Context, f *benchCAFlags, leaf certs.KeyType, caRoot string, stderr io.Writer) (*benchBound, error) {
+	caKT := certs.KeyType(f.caKeyType)
+	if caKT == "" {
+		pemData, err := os.ReadFile(caRoot)
+		if err != nil {
+			return nil, fmt.Errorf("bench ca: CA root: %w", err)
+		}
+		roots, err := certs.ParseCertificates(pemData)
+		if err != nil {
+			return nil, fmt.Errorf("bench ca: CA root %s: %w", caRoot, err)
+		}
+		caKT = certs.KeyType(certs.KeyTypeOf(roots[0].PublicKey))
+	}
+	if _, err := certs.ParseKeyType(string(caKT)); err != nil {
+		return nil, fmt.Errorf("bench ca: CA key type: %w", err)
+	}
+	if !f.quiet {
+		fmt.Fprintf(stderr, "bench ca: measuring the in-process crypto bound (%s CSR check + %s CA signature) for %s\n", leaf, caKT, cryptobound.DefaultDuration)
+	}
+	res, err := cryptobound.Measure(ctx, cryptobound.Config{LeafKeyType: leaf, CAKeyType: caKT})
+	if err != nil {
+		return nil, fmt.Errorf("bench ca: %w", err)
+	}
+	return &benchBound{LeafKeyType: string(leaf), CAKeyType: string(caKT), Workers: res.Workers,
+		CertsPerSecond: math.Round(res.PerSecond*10) / 10}, nil
 }
 
 // benchIdentities returns the identities of the load and the CA root file:
@@ -361,98 +424,4 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-type benchSDSFlags struct {
-	socket, agentAdmin, output string
-	resources                  []string
-	streams, perConn, open     int
-	agentPID                   int
-	rotate, quiet              bool
-	timeout                    time.Duration
-}
-
-func newBenchSDSCmd() *cobra.Command {
-	f := &benchSDSFlags{}
-	cmd := &cobra.Command{
-		Use:   "sds",
-		Short: "Open many SDS streams against an agent and time default, ROOTCA and a rotation",
-		Long: `meshid bench sds opens --streams SDS streams (StreamSecrets, as Envoy does) on the
-agent's socket, --streams-per-conn per gRPC connection, each subscribing to
-default and ROOTCA and acknowledging every response.
-
-It reports the time until each stream holds both (p50/p90/p99/max), the agent's
-RSS before and after the streams opened when --agent-pid is given, and with
---rotate the time from a forced rotation (POST http://<agent-admin>/debug/rotate)
-until every stream holds a new default certificate.`,
-		Example: `  meshid bench sds --sds-socket .meshid-dev/sds.sock --streams 1000
-  meshid bench sds --sds-socket ./var/run/secrets/workload-spiffe-uds/socket --streams 10000 \
-      --agent-pid $(pgrep -f 'meshid agent') --rotate --agent-admin 127.0.0.1:15020
-  meshid bench sds --sds-socket .meshid-dev/sds.sock --streams 2000 --open-concurrency 1   # one new stream at a time, warm cache`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchSDS(cmd, f) },
-	}
-	fl := cmd.Flags()
-	fl.StringVar(&f.socket, "sds-socket", "./var/run/secrets/workload-spiffe-uds/socket", "the agent's SDS Unix `socket`")
-	fl.IntVar(&f.streams, "streams", 1000, "number of SDS streams")
-	fl.IntVar(&f.perConn, "streams-per-conn", sdsload.DefaultStreamsPerConn, "streams per gRPC connection")
-	fl.IntVar(&f.open, "open-concurrency", 0, "streams opening at once (0: all together; 1: one at a time)")
-	fl.StringSliceVar(&f.resources, "resource", nil, "resource `name` each stream subscribes to (repeatable; default: default,ROOTCA)")
-	fl.IntVar(&f.agentPID, "agent-pid", 0, "the agent's `pid`, to report its RSS (0: not measured)")
-	fl.BoolVar(&f.rotate, "rotate", false, "force a rotation once every stream is ready and time its fan-out")
-	fl.StringVar(&f.agentAdmin, "agent-admin", "127.0.0.1:15020", "the agent's monitoring `address`, serving POST "+sdsload.RotatePath)
-	fl.DurationVar(&f.timeout, "timeout", sdsload.DefaultTimeout, "bound on the wait for the streams, and again for the rotation")
-	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
-	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines on standard error")
-	return cmd
-}
-
-func runBenchSDS(cmd *cobra.Command, f *benchSDSFlags) error {
-	if f.output != "table" && f.output != "json" {
-		return fmt.Errorf("bench sds: -o %q: want table or json", f.output)
-	}
-	if f.agentPID == os.Getpid() {
-		f.agentPID = 0 // the agent is in this process: its RSS includes the load
-	}
-	stderr := cmd.ErrOrStderr()
-	cfg := sdsload.Config{
-		Socket: f.socket, Streams: f.streams, StreamsPerConn: f.perConn, OpenConcurrency: f.open,
-		Resources: f.resources, PID: f.agentPID, Timeout: f.timeout,
-	}
-	if f.rotate {
-		cfg.Rotate = sdsload.HTTPRotate(nil, f.agentAdmin)
-	}
-	if !f.quiet {
-		cfg.Progress = func(p sdsload.Progress) {
-			if p.Phase == sdsload.PhaseRotate {
-				fmt.Fprintf(stderr, "bench sds: rotation  %5.1fs  %d/%d streams rotated  %d failed\n", p.Elapsed.Seconds(), p.Rotated, p.Streams, p.Failed)
-				return
-			}
-			fmt.Fprintf(stderr, "bench sds: opening  %5.1fs  %d/%d streams ready  %d failed\n", p.Elapsed.Seconds(), p.Ready, p.Streams, p.Failed)
-		}
-	}
-	l, err := sdsload.New(cfg)
-	if err != nil {
-		return fmt.Errorf("bench sds: %w", err)
-	}
-	rep, runErr := l.Run(cmd.Context())
-	if rep == nil {
-		return fmt.Errorf("bench sds: %w", runErr)
-	}
-	out := cmd.OutOrStdout()
-	if f.output == "json" {
-		err = writeJSON(out, rep)
-	} else {
-		err = rep.WriteTable(out)
-	}
-	if err != nil {
-		return err
-	}
-	if runErr != nil {
-		return fmt.Errorf("bench sds: %w", runErr)
-	}
-	if rep.Failed > 0 {
-		return fmt.Errorf("bench sds: %d of %d streams failed", rep.Failed, rep.Streams)
-	}
-	return nil
 }

@@ -53,11 +53,11 @@ fi
 
 echo "== meshid bench ca: ec-p256 leaf keys, sweep $SWEEP, $DURATION per level"
 "$BIN" bench ca --addr "$CA_ADDR" --dev-state-dir "$STATE" --service-accounts "$SERVICE_ACCOUNTS" \
-	--pregen-keys --duration "$DURATION" --sweep "$SWEEP" --chart "$CHART"
+	--pregen-keys --crypto-bound --duration "$DURATION" --sweep "$SWEEP" --chart "$CHART"
 
 echo "== meshid bench ca: rsa-2048 leaf keys, concurrency $CONCURRENCY, $DURATION"
 "$BIN" bench ca --addr "$CA_ADDR" --dev-state-dir "$STATE" --service-accounts "$SERVICE_ACCOUNTS" \
-	--pregen-keys --key-type rsa-2048 --duration "$DURATION" --concurrency "$CONCURRENCY"
+	--pregen-keys --crypto-bound --key-type rsa-2048 --duration "$DURATION" --concurrency "$CONCURRENCY"
 
 echo "== meshid bench sds: $STREAMS streams, forced rotation"
 "$BIN" bench sds --sds-socket "$STATE/sds.sock" --streams "$STREAMS" --agent-pid "$dev" \

@@ -61,6 +61,7 @@ type benchCAFlags struct {
 	duration, timeout, ttl       time.Duration
 	pregen, quiet, cryptoBound   bool
 	caKeyType                    string
+	boundDuration                time.Duration
 }
 
 func newBenchCACmd() *cobra.Command {
@@ -110,6 +111,7 @@ Latency percentiles cover successful requests.`,
 	fl.StringVar(&f.clusterID, "cluster-id", "", "ClusterID sent in the request metadata, as Istio's agent does")
 	fl.DurationVar(&f.timeout, "timeout", caload.DefaultTimeout, "timeout of each request")
 	fl.BoolVar(&f.cryptoBound, "crypto-bound", false, "first measure the in-process raw crypto bound (CSR signature check + CA signature, on every CPU) and report throughput as a fraction of it")
+	fl.DurationVar(&f.boundDuration, "crypto-bound-duration", cryptobound.DefaultDuration, "how long --crypto-bound measures")
 	fl.StringVar(&f.caKeyType, "ca-key-type", "", "CA key type for --crypto-bound (default: the key type of the --ca-root certificate)")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines on standard error")
@@ -296,9 +298,9 @@ func measureBound(ctx context.Context, f *benchCAFlags, leaf certs.KeyType, caRo
 		return nil, fmt.Errorf("bench ca: CA key type: %w", err)
 	}
 	if !f.quiet {
-		fmt.Fprintf(stderr, "bench ca: measuring the in-process crypto bound (%s CSR check + %s CA signature) for %s\n", leaf, caKT, cryptobound.DefaultDuration)
+		fmt.Fprintf(stderr, "bench ca: measuring the in-process crypto bound (%s CSR check + %s CA signature) for %s\n", leaf, caKT, f.boundDuration)
 	}
-	res, err := cryptobound.Measure(ctx, cryptobound.Config{LeafKeyType: leaf, CAKeyType: caKT})
+	res, err := cryptobound.Measure(ctx, cryptobound.Config{LeafKeyType: leaf, CAKeyType: caKT, Duration: f.boundDuration})
 	if err != nil {
 		return nil, fmt.Errorf("bench ca: %w", err)
 	}

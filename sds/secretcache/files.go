@@ -76,7 +76,7 @@ func (m *Manager) fileSecret(name string, pn parsedName) (*Secret, error) {
 	if s := e.cur.Load(); s != nil {
 		return s, nil
 	}
-	if err := m.reload(e); err != nil {
+	if err := m.reload(e, true); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
 	if s := e.cur.Load(); s != nil {
@@ -86,9 +86,15 @@ func (m *Manager) fileSecret(name string, pn parsedName) (*Secret, error) {
 }
 
 // reload reads the entry's files and, when they hold valid content that
-// differs from what is served, swaps it in and pushes it.
-func (m *Manager) reload(e *fileEntry) error {
+// differs from what is served, swaps it in and pushes it. With ifEmpty it
+// only loads an entry that has no content yet, so that many first requests
+// read the files once.
+func (m *Manager) reload(e *fileEntry, ifEmpty bool) error {
 	e.load.Lock()
+	if ifEmpty && e.cur.Load() != nil {
+		e.load.Unlock()
+		return nil
+	}
 	s, err := m.readFile(e)
 	changed := false
 	if err == nil {
@@ -162,7 +168,7 @@ func (m *Manager) watchFiles(ctx context.Context, w *fsnotify.Watcher) {
 			entries := append([]*fileEntry(nil), m.byDir[filepath.Dir(ev.Name)]...)
 			m.mu.Unlock()
 			for _, e := range entries {
-				if err := m.reload(e); err != nil {
+				if err := m.reload(e, false); err != nil {
 					m.metrics.fileFailures.Inc()
 					m.log.Warn("file secret not reloaded; keeping the last good content", "name", e.name, "error", err)
 				}

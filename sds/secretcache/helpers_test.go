@@ -137,6 +137,8 @@ func (ca *testCA) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([
 		signer, issuer = k, other
 	case "expired":
 		tmpl.NotBefore, tmpl.NotAfter = now.Add(-2*time.Hour), now.Add(-time.Hour)
+	case "backdated":
+		tmpl.NotBefore = now.Add(-10 * time.Hour)
 	case "no-roots":
 		roots = nil
 	}

@@ -304,6 +304,12 @@ func (m *Manager) fly(ctx context.Context, f *flight) {
 		}
 		m.failures, m.retryAt, m.lastErr = 0, time.Time{}, nil
 		m.renewAt = certs.RenewAt(cert.Chain[0].NotBefore, cert.NotAfter, m.grace, m.jitter)
+		// A certificate backdated far into the past (or a tiny lifetime)
+		// could put the renewal time at or before now: never renew in a
+		// hot loop, wait at least the base backoff.
+		if floor := now.Add(m.backoffBase); m.renewAt.Before(floor) {
+			m.renewAt = floor
+		}
 		m.log.Info("workload certificate issued",
 			"spiffe_id", m.id.String(), "serial", cert.Chain[0].SerialNumber.Text(16),
 			"not_after", cert.NotAfter.UTC(), "renew_at", m.renewAt.UTC(),

@@ -323,3 +323,15 @@ func TestManyWatchersOneRotation(t *testing.T) {
 		t.Fatalf("%d notifications after cancelling half, want %d", g, n/2)
 	}
 }
+
+func TestBackdatedCertificateNoHotLoop(t *testing.T) {
+	// NotBefore 10h in the past, 1h left: the grace point has passed
+	// already. The Manager renews soon, but not in a tight loop.
+	f := newFixture(t, func(c *secretcache.Config) { c.TTL = time.Hour })
+	f.ca.setTamper("backdated")
+	mustSecret(t, f.m, secretcache.DefaultName)
+	f.run(t)
+	if d := f.parked(t).Sub(f.clock.Now()); d != time.Second {
+		t.Fatalf("renewal in %v, want the 1s floor", d)
+	}
+}

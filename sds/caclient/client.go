@@ -63,6 +63,10 @@ type Config struct {
 	// means 30s.
 	Timeout time.Duration
 
+	// DialOptions are appended to the client's own gRPC dial options (for
+	// example keepalive parameters, or WaitForReady in tests).
+	DialOptions []grpc.DialOption
+
 	Clock      clock.Clock           // for verification time and latency
 	Logger     *slog.Logger          // nil discards logs
 	Registerer prometheus.Registerer // nil registers no metrics
@@ -148,7 +152,8 @@ func New(cfg Config) (*Client, error) {
 	c.metrics = met
 	// grpc.NewClient does not connect; the channel dials on first use and
 	// reconnects on its own after a CA restart.
-	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(creds), grpc.WithUserAgent("meshid-agent"))
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithUserAgent("meshid-agent")}, cfg.DialOptions...)
+	conn, err := grpc.NewClient(cfg.Addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("caclient: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pb "istio.io/api/security/v1alpha1"
@@ -369,5 +370,40 @@ func TestBadCSR(t *testing.T) {
 	c := newClient(t, caclient.Config{Addr: "127.0.0.1:1", Roots: []*x509.Certificate{h.root}, TokenFile: "unused"})
 	if _, _, err := c.Sign(context.Background(), []byte("not a csr"), time.Hour); err == nil {
 		t.Fatal("accepted a non-PEM CSR")
+	}
+}
+
+func TestCARestart(t *testing.T) {
+	ca := startCA(t, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
+	tok := tokenPath(t)
+	writeToken(t, tok, "t")
+	c := newClient(t, caclient.Config{Addr: ca.addr, Roots: []*x509.Certificate{ca.h.root}, TokenFile: tok})
+	// A second client waits for the connection instead of failing fast,
+	// so the test needs no polling to see the reconnection.
+	waiting := newClient(t, caclient.Config{
+		Addr: ca.addr, Roots: []*x509.Certificate{ca.h.root}, TokenFile: tok,
+		DialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.WaitForReady(true))},
+	})
+	sign := func(c *caclient.Client) error {
+		_, csr := newCSR(t, workload)
+		_, _, err := c.Sign(context.Background(), csr, time.Hour)
+		return err
+	}
+	for _, cl := range []*caclient.Client{c, waiting} {
+		if err := sign(cl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ca.stop()
+	if err := sign(c); status.Code(err) != codes.Unavailable {
+		t.Fatalf("CA down: %v, want Unavailable", err)
+	}
+	ca.start() // same address
+	// The same channel reconnects: no new client is needed.
+	if err := sign(waiting); err != nil {
+		t.Fatalf("after the CA restarted: %v", err)
+	}
+	if n := len(ca.requests()); n != 3 {
+		t.Fatalf("%d requests reached the CA, want 3", n)
 	}
 }

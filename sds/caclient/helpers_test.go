@@ -92,8 +92,10 @@ type testCA struct {
 	t    *testing.T
 	h    *hierarchy
 	addr string
+	tls  *tls.Config
 
 	mu      sync.Mutex
+	srv     *grpc.Server
 	reqs    []request
 	respond func(csr *x509.CertificateRequest, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error)
 }
@@ -105,19 +107,38 @@ func startCA(t *testing.T, dnsNames []string, ips []net.IP) *testCA {
 	ca := &testCA{t: t, h: newHierarchy(t)}
 	key, _ := certs.GenerateKey(certs.ECP256)
 	serving := ca.h.issue(t, key.Public(), nil, dnsNames, ips, time.Now().Add(time.Hour))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca.addr = lis.Addr().String()
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+	ca.tls = &tls.Config{
 		Certificates: []tls.Certificate{{Certificate: [][]byte{serving.Raw, ca.h.inter.Raw}, PrivateKey: key}},
 		MinVersion:   tls.VersionTLS12,
-	})))
+	}
+	ca.addr = "127.0.0.1:0"
+	ca.start()
+	t.Cleanup(ca.stop)
+	return ca
+}
+
+// start serves on ca.addr (the same address again after a stop).
+func (ca *testCA) start() {
+	ca.t.Helper()
+	lis, err := net.Listen("tcp", ca.addr)
+	if err != nil {
+		ca.t.Fatal(err)
+	}
+	ca.addr = lis.Addr().String()
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(ca.tls)))
 	pb.RegisterIstioCertificateServiceServer(srv, ca)
 	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return ca
+	ca.mu.Lock()
+	ca.srv = srv
+	ca.mu.Unlock()
+}
+
+// stop stops the server and closes its connections, like a CA crash.
+func (ca *testCA) stop() {
+	ca.mu.Lock()
+	srv := ca.srv
+	ca.mu.Unlock()
+	srv.Stop()
 }
 
 func (ca *testCA) CreateCertificate(ctx context.Context, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {

@@ -1,0 +1,317 @@
+package authn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/internal/clock"
+)
+
+// Defaults of JWTConfig.
+const (
+	// DefaultJWTLeeway is the clock-skew allowance on exp, nbf and iat. It
+	// is half of go-jose's default minute: projected tokens live for hours
+	// and are refreshed long before expiry, so a tight leeway costs
+	// nothing and shortens the life of a stolen, expired token.
+	DefaultJWTLeeway          = 30 * time.Second
+	DefaultJWKSRefresh        = 5 * time.Minute
+	DefaultJWKSMinRefresh     = 10 * time.Second
+	defaultJWKSRequestTimeout = 10 * time.Second
+)
+
+// JWTConfig configures NewJWT. Exactly one key source is used: JWKS, else
+// JWKSFile, else JWKSURL, else OIDC discovery at Issuer.
+type JWTConfig struct {
+	// Issuer is the required iss claim, e.g. "https://kubernetes.default.svc".
+	Issuer string
+	// Audiences: the token's aud must contain at least one. Default
+	// ["istio-ca"].
+	Audiences []string
+	// JWKS is a fixed key set (dev mode, tests).
+	JWKS *jose.JSONWebKeySet
+	// JWKSFile is re-read every RefreshInterval by Run.
+	JWKSFile string
+	// JWKSURL is fetched by Run; when it and the fields above are empty,
+	// it is discovered from <Issuer>/.well-known/openid-configuration.
+	JWKSURL string
+	// HTTPClient fetches discovery documents and key sets. Default: a
+	// client with a 10s timeout.
+	HTTPClient *http.Client
+	// RefreshInterval is how often Run reloads the keys. Default 5m.
+	RefreshInterval time.Duration
+	// MinRefreshInterval throttles reloads triggered by tokens signed with
+	// an unknown key id. Default 10s.
+	MinRefreshInterval time.Duration
+	// Leeway is the clock-skew allowance for exp/nbf/iat. Default 30s.
+	Leeway     time.Duration
+	Clock      clock.Clock
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// JWT authenticates Kubernetes service-account JWTs offline, by checking
+// their signature against a JSON Web Key Set.
+type JWT struct {
+	issuer      string
+	audiences   jwt.Audience
+	leeway      time.Duration
+	file, url   string
+	discover    bool
+	hc          *http.Client
+	interval    time.Duration
+	minInterval time.Duration
+	clock       clock.Clock
+	log         *slog.Logger
+
+	keys        atomic.Pointer[jose.JSONWebKeySet] // public keys only; nil until loaded
+	lastRefresh atomic.Int64                       // unix nanos of the last reload attempt
+	kick        chan struct{}
+
+	refreshes *prometheus.CounterVec
+}
+
+// NewJWT validates cfg and returns a JWT authenticator. A JWKS or JWKS
+// file is loaded here; keys from a URL are loaded by Run, and until then
+// tokens are answered with Unavailable.
+func NewJWT(cfg JWTConfig) (*JWT, error) {
+	if cfg.Issuer == "" {
+		return nil, errors.New("authn: JWTConfig.Issuer is required")
+	}
+	if len(cfg.Audiences) == 0 {
+		cfg.Audiences = []string{DefaultTokenAudience}
+	}
+	if slices.Contains(cfg.Audiences, "") {
+		return nil, errors.New("authn: empty token audience")
+	}
+	if cfg.Leeway < 0 {
+		return nil, errors.New("authn: negative JWT leeway")
+	}
+	if cfg.Leeway == 0 {
+		cfg.Leeway = DefaultJWTLeeway
+	}
+	if cfg.RefreshInterval <= 0 {
+		cfg.RefreshInterval = DefaultJWKSRefresh
+	}
+	if cfg.MinRefreshInterval <= 0 {
+		cfg.MinRefreshInterval = DefaultJWKSMinRefresh
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: defaultJWKSRequestTimeout}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	j := &JWT{
+		issuer:      cfg.Issuer,
+		audiences:   slices.Clone(cfg.Audiences),
+		leeway:      cfg.Leeway,
+		hc:          cfg.HTTPClient,
+		interval:    cfg.RefreshInterval,
+		minInterval: cfg.MinRefreshInterval,
+		clock:       clock.OrReal(cfg.Clock),
+		log:         cfg.Logger,
+		kick:        make(chan struct{}, 1),
+		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshid_ca_jwks_refreshes_total",
+			Help: "Reloads of the JWT authenticator's key set, by result (ok, error).",
+		}, []string{"result"}),
+	}
+	switch {
+	case cfg.JWKS != nil:
+		set, err := publicSigningKeys(cfg.JWKS)
+		if err != nil {
+			return nil, err
+		}
+		j.keys.Store(set)
+	case cfg.JWKSFile != "":
+		set, err := readJWKSFile(cfg.JWKSFile)
+		if err != nil {
+			return nil, err
+		}
+		j.file = cfg.JWKSFile
+		j.keys.Store(set)
+	case cfg.JWKSURL != "":
+		if _, err := url.Parse(cfg.JWKSURL); err != nil {
+			return nil, fmt.Errorf("authn: JWKS URL: %w", err)
+		}
+		j.url = cfg.JWKSURL
+	default:
+		u, err := url.Parse(cfg.Issuer)
+		if err != nil || u.Scheme != "https" && u.Scheme != "http" || u.Host == "" {
+			return nil, fmt.Errorf("authn: issuer %q is not an http(s) URL, so its keys cannot be discovered; give a JWKS file", cfg.Issuer)
+		}
+		j.discover = true
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(j.refreshes); err != nil {
+			return nil, fmt.Errorf("authn: register JWT metrics: %w", err)
+		}
+	}
+	return j, nil
+}
+
+// Run reloads the key set every RefreshInterval, and sooner when a token
+// names an unknown key, until ctx is done. A fixed JWKS needs no Run.
+func (j *JWT) Run(ctx context.Context) error {
+	if j.file == "" && j.url == "" && !j.discover {
+		<-ctx.Done()
+		return nil
+	}
+	for {
+		wait := j.interval
+		if err := j.Refresh(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			j.log.Warn("cannot load JWT signing keys", "issuer", j.issuer, "error", err)
+			if j.keys.Load() == nil {
+				wait = j.minInterval // nothing to verify with yet: retry soon
+			}
+		}
+		t := j.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C():
+		case <-j.kick:
+			t.Stop()
+		}
+	}
+}
+
+// Refresh reloads the key set now. On failure the previous keys stay.
+func (j *JWT) Refresh(ctx context.Context) error {
+	j.lastRefresh.Store(j.clock.Now().UnixNano())
+	var (
+		set *jose.JSONWebKeySet
+		err error
+	)
+	switch {
+	case j.file != "":
+		set, err = readJWKSFile(j.file)
+	case j.url != "":
+		set, err = fetchJWKS(ctx, j.hc, j.url)
+	case j.discover:
+		var u string
+		if u, err = discoverJWKSURL(ctx, j.hc, j.issuer); err == nil {
+			set, err = fetchJWKS(ctx, j.hc, u)
+		}
+	default:
+		return nil
+	}
+	if err != nil {
+		j.refreshes.WithLabelValues("error").Inc()
+		return err
+	}
+	j.refreshes.WithLabelValues("ok").Inc()
+	j.keys.Store(set)
+	return nil
+}
+
+// requestRefresh asks Run to reload the keys, at most once per
+// MinRefreshInterval, so that a flood of tokens with made-up key ids cannot
+// turn into a flood of fetches.
+func (j *JWT) requestRefresh() {
+	if j.file == "" && j.url == "" && !j.discover {
+		return
+	}
+	if j.clock.Now().UnixNano()-j.lastRefresh.Load() < int64(j.minInterval) {
+		return
+	}
+	select {
+	case j.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Authenticate verifies creds.Token. It returns ErrNoCredentials when there
+// is no token, and an Unauthenticated error naming what is wrong otherwise.
+func (j *JWT) Authenticate(_ context.Context, creds Credentials) (*Caller, error) {
+	if creds.Token == "" {
+		return nil, ErrNoCredentials
+	}
+	tok, err := jwt.ParseSigned(creds.Token, signatureAlgorithms)
+	if err != nil || len(tok.Headers) != 1 {
+		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token is not a JWT signed with a supported algorithm")
+	}
+	keys := j.keys.Load()
+	if keys == nil {
+		return nil, ca.Errorf(ca.KindUnavailable, "jwt: the issuer's signing keys are not loaded yet")
+	}
+	hdr := tok.Headers[0]
+	var (
+		std       jwt.Claims
+		kc        k8sClaims
+		known     bool
+		signature bool
+	)
+	for i := range keys.Keys {
+		k := &keys.Keys[i]
+		if hdr.KeyID != "" && k.KeyID != hdr.KeyID || k.Algorithm != "" && k.Algorithm != hdr.Algorithm {
+			continue
+		}
+		known = true
+		if tok.Claims(k.Key, &std, &kc) == nil {
+			signature = true
+			break
+		}
+	}
+	if !known {
+		// Only a token from our issuer may trigger a reload.
+		var c jwt.Claims
+		if tok.UnsafeClaimsWithoutVerification(&c) == nil && c.Issuer == j.issuer {
+			j.requestRefresh()
+		}
+		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token is signed by an unknown key")
+	}
+	if !signature {
+		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: bad token signature")
+	}
+	if err := std.ValidateWithLeeway(jwt.Expected{Issuer: j.issuer, AnyAudience: j.audiences, Time: j.clock.Now()}, j.leeway); err != nil {
+		return nil, claimError(err, j.audiences)
+	}
+	if std.Expiry == nil {
+		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token has no expiry (exp)")
+	}
+	caller, ok := kc.caller()
+	if !ok {
+		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token lacks the kubernetes.io namespace and service account claims")
+	}
+	if std.Subject != "" && std.Subject != serviceAccountUserPrefix+caller.Namespace+":"+caller.ServiceAccount {
+		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token's subject does not match its kubernetes.io claims")
+	}
+	caller.Method = "jwt"
+	caller.Expiry = std.Expiry.Time()
+	return &caller, nil
+}
+
+// claimError turns a go-jose validation error into a safe message.
+func claimError(err error, audiences jwt.Audience) error {
+	msg := "jwt: invalid token claims"
+	switch {
+	case errors.Is(err, jwt.ErrExpired):
+		msg = "jwt: the token has expired"
+	case errors.Is(err, jwt.ErrNotValidYet):
+		msg = "jwt: the token is not valid yet (nbf)"
+	case errors.Is(err, jwt.ErrIssuedInTheFuture):
+		msg = "jwt: the token is issued in the future (iat)"
+	case errors.Is(err, jwt.ErrInvalidIssuer):
+		msg = "jwt: the token's issuer is not trusted"
+	case errors.Is(err, jwt.ErrInvalidAudience):
+		msg = fmt.Sprintf("jwt: the token is not valid for audience %v", []string(audiences))
+	}
+	return ca.Wrap(ca.KindUnauthenticated, err, msg)
+}

@@ -1,0 +1,355 @@
+package authn_test
+
+import (
+	"context"
+	"crypto"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/devissuer"
+)
+
+const testIssuer = "https://issuer.test"
+
+// handKey is a signing key with its public JWK, for hand-made tokens.
+type handKey struct {
+	alg jose.SignatureAlgorithm
+	key crypto.Signer
+	jwk jose.JSONWebKey
+}
+
+func newHandKey(t *testing.T, kt certs.KeyType, alg jose.SignatureAlgorithm, kid string) handKey {
+	t.Helper()
+	k, err := certs.GenerateKey(kt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return handKey{alg: alg, key: k, jwk: jose.JSONWebKey{Key: k.Public(), KeyID: kid, Algorithm: string(alg), Use: "sig"}}
+}
+
+// sign makes a compact JWS over claims (each value is JSON-marshalled).
+func (h handKey) sign(t *testing.T, claims ...any) string {
+	t.Helper()
+	s, err := jose.NewSigner(jose.SigningKey{Algorithm: h.alg, Key: jose.JSONWebKey{Key: h.key, KeyID: h.jwk.KeyID}}, (&jose.SignerOptions{}).WithType("JWT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := jwt.Signed(s)
+	for _, c := range claims {
+		b = b.Claims(c)
+	}
+	tok, err := b.Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func stdClaims(now time.Time, mod func(*jwt.Claims)) jwt.Claims {
+	c := jwt.Claims{
+		Issuer:    testIssuer,
+		Subject:   "system:serviceaccount:prod:api",
+		Audience:  jwt.Audience{"istio-ca"},
+		IssuedAt:  jwt.NewNumericDate(now),
+		NotBefore: jwt.NewNumericDate(now),
+		Expiry:    jwt.NewNumericDate(now.Add(time.Hour)),
+	}
+	if mod != nil {
+		mod(&c)
+	}
+	return c
+}
+
+var k8sBound = map[string]any{"kubernetes.io": map[string]any{
+	"namespace":      "prod",
+	"serviceaccount": map[string]string{"name": "api", "uid": "u1"},
+	"pod":            map[string]string{"name": "api-7d9", "uid": "p1"},
+}}
+
+var k8sLegacy = map[string]any{
+	"kubernetes.io/serviceaccount/namespace":            "prod",
+	"kubernetes.io/serviceaccount/service-account.name": "api",
+}
+
+func TestJWT(t *testing.T) {
+	es256 := newHandKey(t, certs.ECP256, jose.ES256, "es256")
+	es384 := newHandKey(t, certs.ECP384, jose.ES384, "es384")
+	rs256 := newHandKey(t, certs.RSA2048, jose.RS256, "rs256")
+	foreign := newHandKey(t, certs.ECP256, jose.ES256, "foreign")
+	impostor := newHandKey(t, certs.ECP256, jose.ES256, "es256") // same kid, other key
+	nokid := newHandKey(t, certs.ECP256, jose.ES256, "")
+	dev, err := devissuer.New(mustKey(t), "") // the default dev issuer URL, not testIssuer
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwks := &jose.JSONWebKeySet{Keys: append([]jose.JSONWebKey{es256.jwk, es384.jwk, rs256.jwk}, dev.JWKS().Keys...)}
+
+	now := t0
+	unsigned := func(claims any) string {
+		h := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","typ":"JWT"}`))
+		p, _ := json.Marshal(claims)
+		return h + "." + base64.RawURLEncoding.EncodeToString(p) + "."
+	}
+	hs256 := func() string {
+		s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.HS256, Key: []byte("0123456789abcdef0123456789abcdef")}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _ := jwt.Signed(s).Claims(stdClaims(now, nil)).Claims(k8sBound).Serialize()
+		return tok
+	}()
+
+	tests := []struct {
+		name   string
+		token  string
+		want   *authn.Caller
+		kind   ca.Kind
+		msg    string
+		legacy bool
+	}{
+		{name: "ES256", token: es256.sign(t, stdClaims(now, nil), k8sBound),
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", Method: "jwt"}},
+		{name: "ES384", token: es384.sign(t, stdClaims(now, nil), k8sBound),
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", Method: "jwt"}},
+		{name: "RS256", token: rs256.sign(t, stdClaims(now, nil), k8sBound),
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", Method: "jwt"}},
+		{name: "legacy claims", token: es256.sign(t, stdClaims(now, nil), k8sLegacy),
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", Method: "jwt"}},
+		{name: "any of audiences", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Audience = jwt.Audience{"x", "istio-ca"} }), k8sBound),
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", Method: "jwt"}},
+		{name: "expired within leeway", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(now.Add(-20 * time.Second)) }), k8sBound),
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", Method: "jwt"}},
+		{name: "expired", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(now.Add(-time.Minute)) }), k8sBound),
+			kind: ca.KindUnauthenticated, msg: "expired"},
+		{name: "not yet valid", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.NotBefore = jwt.NewNumericDate(now.Add(2 * time.Minute)) }), k8sBound),
+			kind: ca.KindUnauthenticated, msg: "not valid yet"},
+		{name: "issued in the future", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.IssuedAt = jwt.NewNumericDate(now.Add(2 * time.Minute)) }), k8sBound),
+			kind: ca.KindUnauthenticated, msg: "issued in the future"},
+		{name: "no expiry", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = nil }), k8sBound),
+			kind: ca.KindUnauthenticated, msg: "no expiry"},
+		{name: "wrong audience", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Audience = jwt.Audience{"kubernetes"} }), k8sBound),
+			kind: ca.KindUnauthenticated, msg: "audience"},
+		{name: "wrong issuer", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Issuer = "https://evil.test" }), k8sBound),
+			kind: ca.KindUnauthenticated, msg: "issuer"},
+		{name: "foreign key", token: foreign.sign(t, stdClaims(now, nil), k8sBound),
+			kind: ca.KindUnauthenticated, msg: "unknown key"},
+		{name: "foreign key without kid", token: nokid.sign(t, stdClaims(now, nil), k8sBound),
+			kind: ca.KindUnauthenticated, msg: "bad token signature"},
+		{name: "impostor with a known kid", token: impostor.sign(t, stdClaims(now, nil), k8sBound),
+			kind: ca.KindUnauthenticated, msg: "bad token signature"},
+		{name: "alg none", token: unsigned(map[string]any{"iss": testIssuer, "aud": "istio-ca", "exp": now.Add(time.Hour).Unix(), "kubernetes.io": k8sBound["kubernetes.io"]}),
+			kind: ca.KindUnauthenticated, msg: "not a JWT"},
+		{name: "HS256", token: hs256, kind: ca.KindUnauthenticated, msg: "not a JWT"},
+		{name: "garbage", token: "abc.def", kind: ca.KindUnauthenticated, msg: "not a JWT"},
+		{name: "tampered payload", token: func() string {
+			p := strings.Split(es256.sign(t, stdClaims(now, nil), k8sBound), ".")
+			c, _ := json.Marshal(map[string]any{"iss": testIssuer, "aud": "istio-ca", "exp": now.Add(time.Hour).Unix(),
+				"kubernetes.io": map[string]any{"namespace": "kube-system", "serviceaccount": map[string]string{"name": "admin"}}})
+			return p[0] + "." + base64.RawURLEncoding.EncodeToString(c) + "." + p[2]
+		}(), kind: ca.KindUnauthenticated, msg: "bad token signature"},
+		{name: "missing kubernetes claims", token: es256.sign(t, stdClaims(now, nil)),
+			kind: ca.KindUnauthenticated, msg: "kubernetes.io"},
+		{name: "service account missing", token: es256.sign(t, stdClaims(now, nil), map[string]any{"kubernetes.io": map[string]any{"namespace": "prod"}}),
+			kind: ca.KindUnauthenticated, msg: "kubernetes.io"},
+		{name: "subject mismatch", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Subject = "system:serviceaccount:kube-system:admin" }), k8sBound),
+			kind: ca.KindUnauthenticated, msg: "subject"},
+		{name: "dev issuer token", token: func() string {
+			d, err := devissuer.New(mustKey(t), testIssuer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			jwks.Keys = append(jwks.Keys, d.JWKS().Keys...)
+			return mint(t, d, "default", "default", []string{"istio-ca"}, time.Hour, now)
+		}(), want: &authn.Caller{Namespace: "default", ServiceAccount: "default", Method: "jwt"}},
+		{name: "dev issuer, other issuer URL", token: mint(t, dev, "default", "default", []string{"istio-ca"}, time.Hour, now),
+			kind: ca.KindUnauthenticated, msg: "issuer"},
+	}
+	j, err := authn.NewJWT(authn.JWTConfig{Issuer: testIssuer, JWKS: jwks, Clock: clock.NewFake(now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := j.Authenticate(context.Background(), authn.Credentials{Token: tc.token})
+			if tc.want != nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.Expiry.IsZero() {
+					t.Fatal("caller has no expiry")
+				}
+				c.Expiry = time.Time{}
+				if *c != *tc.want {
+					t.Fatalf("caller %+v, want %+v", *c, *tc.want)
+				}
+				return
+			}
+			wantKind(t, err, tc.kind, tc.token)
+			var e *ca.Error
+			errors.As(err, &e)
+			if !strings.Contains(e.Msg, tc.msg) {
+				t.Fatalf("message %q lacks %q", e.Msg, tc.msg)
+			}
+		})
+	}
+	if _, err := j.Authenticate(context.Background(), authn.Credentials{}); !errors.Is(err, authn.ErrNoCredentials) {
+		t.Fatalf("no token: %v, want ErrNoCredentials", err)
+	}
+}
+
+func mustKey(t *testing.T) crypto.Signer {
+	t.Helper()
+	k, err := certs.GenerateKey(certs.ECP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestJWTFromDevIssuerFiles(t *testing.T) {
+	dir := t.TempDir()
+	iss, err := devissuer.LoadOrCreate(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := authn.NewJWT(authn.JWTConfig{Issuer: iss.Issuer(), JWKSFile: filepath.Join(dir, devissuer.JWKSFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := mint(t, iss, "team-a", "worker", []string{"istio-ca"}, time.Hour, time.Now())
+	c, err := j.Authenticate(context.Background(), authn.Credentials{Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Namespace != "team-a" || c.ServiceAccount != "worker" {
+		t.Fatalf("caller %+v", c)
+	}
+}
+
+func TestJWTConfig(t *testing.T) {
+	dir := t.TempDir()
+	sym := filepath.Join(dir, "sym.json")
+	os.WriteFile(sym, []byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"s"}]}`), 0o644)
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"keys":`), 0o644)
+	tests := []struct {
+		name string
+		cfg  authn.JWTConfig
+	}{
+		{"no issuer", authn.JWTConfig{JWKS: &jose.JSONWebKeySet{}}},
+		{"empty JWKS", authn.JWTConfig{Issuer: testIssuer, JWKS: &jose.JSONWebKeySet{}}},
+		{"symmetric key only", authn.JWTConfig{Issuer: testIssuer, JWKSFile: sym}},
+		{"malformed file", authn.JWTConfig{Issuer: testIssuer, JWKSFile: bad}},
+		{"missing file", authn.JWTConfig{Issuer: testIssuer, JWKSFile: filepath.Join(dir, "nope.json")}},
+		{"issuer not a URL and no keys", authn.JWTConfig{Issuer: "kubernetes/serviceaccount"}},
+		{"negative leeway", authn.JWTConfig{Issuer: testIssuer, Leeway: -time.Second, JWKSURL: "https://x"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := authn.NewJWT(tc.cfg); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+}
+
+// oidcServer serves discovery and a JWKS that the test can swap; every
+// JWKS fetch is reported on fetched.
+type oidcServer struct {
+	*httptest.Server
+	mu      sync.Mutex
+	jwks    *jose.JSONWebKeySet
+	fetched chan struct{}
+}
+
+func newOIDCServer(t *testing.T) *oidcServer {
+	s := &oidcServer{fetched: make(chan struct{}, 16)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(map[string]string{"issuer": s.URL, "jwks_uri": s.URL + "/keys"})
+	})
+	mux.HandleFunc("/keys", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		json.NewEncoder(w).Encode(s.jwks)
+		s.mu.Unlock()
+		s.fetched <- struct{}{}
+	})
+	s.Server = httptest.NewServer(mux)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *oidcServer) set(set *jose.JSONWebKeySet) {
+	s.mu.Lock()
+	s.jwks = set
+	s.mu.Unlock()
+}
+
+func TestJWTDiscoveryAndRotation(t *testing.T) {
+	srv := newOIDCServer(t)
+	k1 := newHandKey(t, certs.ECP256, jose.ES256, "k1")
+	k2 := newHandKey(t, certs.ECP256, jose.ES256, "k2")
+	srv.set(&jose.JSONWebKeySet{Keys: []jose.JSONWebKey{k1.jwk}})
+	clk := clock.NewFake(t0)
+	j, err := authn.NewJWT(authn.JWTConfig{Issuer: srv.URL, Clock: clk, HTTPClient: srv.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := func() jwt.Claims { return stdClaims(t0, func(c *jwt.Claims) { c.Issuer = srv.URL }) }
+	tok1 := k1.sign(t, claims(), k8sBound)
+	tok2 := k2.sign(t, claims(), k8sBound)
+
+	// Before Run has loaded keys, tokens cannot be judged.
+	_, err = j.Authenticate(context.Background(), authn.Credentials{Token: tok1})
+	wantKind(t, err, ca.KindUnavailable, tok1)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- j.Run(ctx) }()
+	<-srv.fetched
+	clk.WaitForWaiters(1, nil) // Run stored the keys and parks on its refresh timer
+	if _, err := j.Authenticate(context.Background(), authn.Credentials{Token: tok1}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The issuer rotates to k2. A k2 token is unknown; it triggers a
+	// reload (throttled: only once MinRefreshInterval has passed).
+	srv.set(&jose.JSONWebKeySet{Keys: []jose.JSONWebKey{k1.jwk, k2.jwk}})
+	clk.Add(authn.DefaultJWKSMinRefresh)
+	_, err = j.Authenticate(context.Background(), authn.Credentials{Token: tok2})
+	wantKind(t, err, ca.KindUnauthenticated, tok2)
+	<-srv.fetched
+	clk.WaitForWaiters(1, nil)
+	if _, err := j.Authenticate(context.Background(), authn.Credentials{Token: tok2}); err != nil {
+		t.Fatalf("after reload: %v", err)
+	}
+
+	// The periodic refresh drops k1.
+	srv.set(&jose.JSONWebKeySet{Keys: []jose.JSONWebKey{k2.jwk}})
+	clk.Add(authn.DefaultJWKSRefresh)
+	<-srv.fetched
+	clk.WaitForWaiters(1, nil)
+	_, err = j.Authenticate(context.Background(), authn.Credentials{Token: tok1})
+	wantKind(t, err, ca.KindUnauthenticated, tok1)
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}

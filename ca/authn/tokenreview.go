@@ -1,0 +1,266 @@
+package authn
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/internal/clock"
+)
+
+// Defaults of TokenReviewConfig.
+const (
+	DefaultTokenAudience    = "istio-ca"
+	DefaultCacheSize        = 10000
+	DefaultCacheTTL         = time.Minute
+	DefaultNegativeCacheTTL = 5 * time.Second
+	DefaultReviewTimeout    = 10 * time.Second
+)
+
+// Kubernetes names used in a TokenReview answer.
+const (
+	serviceAccountsGroup = "system:serviceaccounts"
+	extraPodName         = "authentication.kubernetes.io/pod-name"
+	extraPodUID          = "authentication.kubernetes.io/pod-uid"
+)
+
+// TokenReviewConfig configures NewTokenReview.
+type TokenReviewConfig struct {
+	// Client talks to the Kubernetes API server. Required.
+	Client kubernetes.Interface
+	// Audiences are sent as spec.audiences; the review must return at
+	// least one of them. Default ["istio-ca"].
+	Audiences []string
+	// CacheSize bounds the number of cached reviews. Default 10000.
+	CacheSize int
+	// CacheTTL is the longest a successful review is reused (it is also
+	// never reused past the token's exp). Default 1m.
+	CacheTTL time.Duration
+	// NegativeCacheTTL is how long a rejection is reused. Default 5s;
+	// negative means rejections are not cached.
+	NegativeCacheTTL time.Duration
+	// Timeout bounds one call to the API server. Default 10s.
+	Timeout    time.Duration
+	Clock      clock.Clock
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// TokenReview authenticates Kubernetes service-account tokens by asking the
+// API server (TokenReview API). Results are cached by the SHA-256 of the
+// token, so the token itself is never kept in memory longer than a call.
+type TokenReview struct {
+	client      kubernetes.Interface
+	audiences   []string
+	ttl, negTTL time.Duration
+	timeout     time.Duration
+	clock       clock.Clock
+	log         *slog.Logger
+	cache       *cache.LRUExpireCache // [32]byte -> reviewResult
+	flight      singleflight.Group
+
+	requests  *prometheus.CounterVec
+	cacheHits prometheus.Counter
+	latency   prometheus.Histogram
+}
+
+type reviewResult struct {
+	caller *Caller // nil when rejected
+	err    error
+}
+
+// NewTokenReview validates cfg and returns a TokenReview authenticator.
+func NewTokenReview(cfg TokenReviewConfig) (*TokenReview, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("authn: TokenReviewConfig.Client is required")
+	}
+	if len(cfg.Audiences) == 0 {
+		cfg.Audiences = []string{DefaultTokenAudience}
+	}
+	if slices.Contains(cfg.Audiences, "") {
+		return nil, errors.New("authn: empty token audience")
+	}
+	if cfg.CacheSize < 0 {
+		return nil, fmt.Errorf("authn: negative TokenReview cache size %d", cfg.CacheSize)
+	}
+	if cfg.CacheSize == 0 {
+		cfg.CacheSize = DefaultCacheSize
+	}
+	if cfg.CacheTTL <= 0 {
+		cfg.CacheTTL = DefaultCacheTTL
+	}
+	if cfg.NegativeCacheTTL == 0 {
+		cfg.NegativeCacheTTL = DefaultNegativeCacheTTL
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultReviewTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	clk := clock.OrReal(cfg.Clock)
+	t := &TokenReview{
+		client:    cfg.Client,
+		audiences: slices.Clone(cfg.Audiences),
+		ttl:       cfg.CacheTTL,
+		negTTL:    cfg.NegativeCacheTTL,
+		timeout:   cfg.Timeout,
+		clock:     clk,
+		log:       cfg.Logger,
+		cache:     cache.NewLRUExpireCacheWithClock(cfg.CacheSize, clk),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshid_ca_tokenreview_requests_total",
+			Help: "TokenReview calls to the Kubernetes API server, by result (authenticated, rejected, error).",
+		}, []string{"result"}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshid_ca_tokenreview_cache_hits_total",
+			Help: "Token authentications answered from the TokenReview cache.",
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "meshid_ca_tokenreview_duration_seconds",
+			Help:    "Latency of TokenReview calls to the Kubernetes API server.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+	}
+	for _, r := range []string{"authenticated", "rejected", "error"} {
+		t.requests.WithLabelValues(r)
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{t.requests, t.cacheHits, t.latency} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("authn: register TokenReview metrics: %w", err)
+			}
+		}
+	}
+	return t, nil
+}
+
+// Authenticate reviews creds.Token. It returns ErrNoCredentials when there
+// is no token, Unauthenticated when the API server rejects it or it does not
+// name a service account, and Unavailable when the API server cannot answer.
+func (t *TokenReview) Authenticate(ctx context.Context, creds Credentials) (*Caller, error) {
+	if creds.Token == "" {
+		return nil, ErrNoCredentials
+	}
+	key := sha256.Sum256([]byte(creds.Token))
+	if v, ok := t.cache.Get(key); ok {
+		t.cacheHits.Inc()
+		return v.(reviewResult).result()
+	}
+	// Concurrent requests with the same token (a restarting pod's many
+	// containers, a retry storm) share one API call.
+	v, err, _ := t.flight.Do(string(key[:]), func() (any, error) {
+		if v, ok := t.cache.Get(key); ok {
+			t.cacheHits.Inc()
+			return v, nil
+		}
+		r, err := t.review(ctx, creds.Token)
+		if err != nil {
+			return nil, err
+		}
+		t.store(key, creds.Token, r)
+		return r, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(reviewResult).result()
+}
+
+func (r reviewResult) result() (*Caller, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	c := *r.caller // callers may not share one mutable value
+	return &c, nil
+}
+
+// store caches r: a success until the earlier of the token's exp and the
+// cache TTL; a rejection for the negative TTL.
+func (t *TokenReview) store(key [32]byte, token string, r reviewResult) {
+	if r.err != nil {
+		if t.negTTL > 0 {
+			t.cache.Add(key, r, t.negTTL)
+		}
+		return
+	}
+	ttl := t.ttl
+	if !r.caller.Expiry.IsZero() {
+		ttl = min(ttl, r.caller.Expiry.Sub(t.clock.Now()))
+	}
+	if ttl > 0 {
+		t.cache.Add(key, r, ttl)
+	}
+}
+
+// review calls the API server. A non-nil error means it could not decide
+// (Unavailable); a rejection is returned inside the result.
+func (t *TokenReview) review(ctx context.Context, token string) (reviewResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	start := time.Now() // latency metric only; not a decision
+	resp, err := t.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: t.audiences},
+	}, metav1.CreateOptions{})
+	t.latency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		// Whatever went wrong (unreachable, 5xx, timeout, or the CA not
+		// being allowed to create TokenReviews), the caller's token was
+		// not judged: never answer Unauthenticated for it, and do not
+		// cache. The error text of client-go does not contain the token.
+		t.requests.WithLabelValues("error").Inc()
+		t.log.Warn("TokenReview call failed", "error", err)
+		return reviewResult{}, ca.Wrap(ca.KindUnavailable, err, "tokenreview: the Kubernetes API server could not review the token")
+	}
+	caller, rejectErr := t.check(&resp.Status)
+	if rejectErr != nil {
+		t.requests.WithLabelValues("rejected").Inc()
+		t.log.Debug("TokenReview rejected a token", "reason", rejectErr, "status_error", resp.Status.Error)
+		return reviewResult{err: rejectErr}, nil
+	}
+	t.requests.WithLabelValues("authenticated").Inc()
+	if exp, ok := unverifiedExpiry(token); ok {
+		// The API server verified the signature, so exp is trustworthy
+		// here; we still only use it to bound the cache and to report
+		// Caller.Expiry.
+		caller.Expiry = exp
+	}
+	return reviewResult{caller: caller}, nil
+}
+
+// check turns a TokenReview status into a Caller or a rejection.
+func (t *TokenReview) check(st *authenticationv1.TokenReviewStatus) (*Caller, error) {
+	if !st.Authenticated {
+		return nil, ca.Errorf(ca.KindUnauthenticated, "tokenreview: the Kubernetes API server did not authenticate the token")
+	}
+	ns, sa, ok := parseServiceAccountUser(st.User.Username)
+	if !ok {
+		return nil, ca.Errorf(ca.KindUnauthenticated, "tokenreview: the token does not belong to a service account")
+	}
+	if !slices.Contains(st.User.Groups, serviceAccountsGroup) {
+		return nil, ca.Errorf(ca.KindUnauthenticated, "tokenreview: the token's user is not in group %s", serviceAccountsGroup)
+	}
+	if !slices.ContainsFunc(st.Audiences, func(a string) bool { return slices.Contains(t.audiences, a) }) {
+		return nil, ca.Errorf(ca.KindUnauthenticated, "tokenreview: the token is not valid for audience %v", t.audiences)
+	}
+	c := &Caller{Namespace: ns, ServiceAccount: sa, Method: "tokenreview"}
+	if v := st.User.Extra[extraPodName]; len(v) == 1 {
+		c.PodName = v[0]
+	}
+	if v := st.User.Extra[extraPodUID]; len(v) == 1 {
+		c.PodUID = v[0]
+	}
+	return c, nil
+}

@@ -1,0 +1,193 @@
+package devissuer
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/meshid/meshid/certs"
+)
+
+// File names in the state directory, and the default issuer URL.
+const (
+	KeyFile       = "jwt-key.pem"
+	JWKSFile      = "jwks.json"
+	DefaultIssuer = "https://meshid.dev.local"
+)
+
+// Issuer mints service-account JWTs.
+type Issuer struct {
+	issuer string
+	signer jose.Signer
+	jwks   *jose.JSONWebKeySet
+}
+
+// LoadOrCreate loads the signing key from <dir>/jwt-key.pem, or creates an
+// ECDSA P-256 key there (mode 0600, written atomically) when there is none,
+// and (re)writes the public key set to <dir>/jwks.json (mode 0644). An empty
+// issuer means DefaultIssuer.
+func LoadOrCreate(dir string, issuer string) (*Issuer, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("devissuer: %w", err)
+	}
+	keyPath := filepath.Join(dir, KeyFile)
+	var key crypto.Signer
+	data, err := os.ReadFile(keyPath)
+	switch {
+	case err == nil:
+		if key, err = certs.ParsePrivateKey(data); err != nil {
+			return nil, fmt.Errorf("devissuer: %s: %w", keyPath, err)
+		}
+	case errors.Is(err, os.ErrNotExist):
+		if key, err = certs.GenerateKey(certs.ECP256); err != nil {
+			return nil, fmt.Errorf("devissuer: generate key: %w", err)
+		}
+		pemKey, err := certs.EncodePrivateKey(key)
+		if err != nil {
+			return nil, fmt.Errorf("devissuer: %w", err)
+		}
+		if err := certs.WriteFileAtomic(keyPath, pemKey, 0o600); err != nil {
+			return nil, fmt.Errorf("devissuer: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("devissuer: %w", err)
+	}
+	i, err := New(key, issuer)
+	if err != nil {
+		return nil, fmt.Errorf("%w (key %s)", err, keyPath)
+	}
+	jwks, err := json.MarshalIndent(i.jwks, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("devissuer: encode JWKS: %w", err)
+	}
+	if err := certs.WriteFileAtomic(filepath.Join(dir, JWKSFile), append(jwks, '\n'), 0o644); err != nil {
+		return nil, fmt.Errorf("devissuer: %w", err)
+	}
+	return i, nil
+}
+
+// New returns an in-memory Issuer that signs with key (ECDSA P-256/P-384,
+// RSA or Ed25519). An empty issuer means DefaultIssuer.
+func New(key crypto.Signer, issuer string) (*Issuer, error) {
+	if issuer == "" {
+		issuer = DefaultIssuer
+	}
+	alg, err := algorithmFor(key)
+	if err != nil {
+		return nil, err
+	}
+	pub := jose.JSONWebKey{Key: key.Public(), Algorithm: string(alg), Use: "sig"}
+	thumb, err := pub.Thumbprint(crypto.SHA256)
+	if err != nil {
+		return nil, fmt.Errorf("devissuer: key thumbprint: %w", err)
+	}
+	pub.KeyID = base64.RawURLEncoding.EncodeToString(thumb)
+	signer, err := jose.NewSigner(
+		jose.SigningKey{Algorithm: alg, Key: jose.JSONWebKey{Key: key, KeyID: pub.KeyID, Algorithm: string(alg)}},
+		(&jose.SignerOptions{}).WithType("JWT"),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("devissuer: signer: %w", err)
+	}
+	return &Issuer{issuer: issuer, signer: signer, jwks: &jose.JSONWebKeySet{Keys: []jose.JSONWebKey{pub}}}, nil
+}
+
+func algorithmFor(key crypto.Signer) (jose.SignatureAlgorithm, error) {
+	switch k := key.Public().(type) {
+	case *ecdsa.PublicKey:
+		switch k.Curve {
+		case elliptic.P256():
+			return jose.ES256, nil
+		case elliptic.P384():
+			return jose.ES384, nil
+		}
+	case *rsa.PublicKey:
+		return jose.RS256, nil
+	case ed25519.PublicKey:
+		return jose.EdDSA, nil
+	}
+	return "", fmt.Errorf("devissuer: unsupported signing key %s", certs.KeyTypeOf(key.Public()))
+}
+
+// Issuer returns the iss claim of minted tokens.
+func (i *Issuer) Issuer() string { return i.issuer }
+
+// JWKS returns the public key set that verifies minted tokens.
+func (i *Issuer) JWKS() *jose.JSONWebKeySet {
+	return &jose.JSONWebKeySet{Keys: append([]jose.JSONWebKey(nil), i.jwks.Keys...)}
+}
+
+// kubernetesClaims is the "kubernetes.io" claim of a bound service-account
+// token.
+type kubernetesClaims struct {
+	Namespace      string   `json:"namespace"`
+	ServiceAccount nameUID  `json:"serviceaccount"`
+	Pod            *nameUID `json:"pod,omitempty"`
+}
+
+type nameUID struct {
+	Name string `json:"name"`
+	UID  string `json:"uid"`
+}
+
+// Mint returns a service-account JWT for namespace/serviceAccount, shaped
+// like a Kubernetes projected token: iss, sub system:serviceaccount:ns:sa,
+// aud, iat, nbf = now, exp = now+ttl, and kubernetes.io{namespace,
+// serviceaccount{name, uid}}. The uid is derived from the name, so it is
+// stable across runs.
+func (i *Issuer) Mint(namespace, serviceAccount string, audiences []string, ttl time.Duration, now time.Time) (string, error) {
+	if namespace == "" || serviceAccount == "" {
+		return "", errors.New("devissuer: namespace and service account are required")
+	}
+	if len(audiences) == 0 {
+		return "", errors.New("devissuer: at least one audience is required")
+	}
+	if ttl <= 0 {
+		return "", fmt.Errorf("devissuer: token TTL must be positive, got %s", ttl)
+	}
+	std := jwt.Claims{
+		Issuer:    i.issuer,
+		Subject:   "system:serviceaccount:" + namespace + ":" + serviceAccount,
+		Audience:  jwt.Audience(audiences),
+		IssuedAt:  jwt.NewNumericDate(now),
+		NotBefore: jwt.NewNumericDate(now),
+		Expiry:    jwt.NewNumericDate(now.Add(ttl)),
+	}
+	k8s := struct {
+		Kubernetes kubernetesClaims `json:"kubernetes.io"`
+	}{kubernetesClaims{
+		Namespace:      namespace,
+		ServiceAccount: nameUID{Name: serviceAccount, UID: uid("serviceaccount", namespace, serviceAccount)},
+	}}
+	tok, err := jwt.Signed(i.signer).Claims(std).Claims(k8s).Serialize()
+	if err != nil {
+		return "", fmt.Errorf("devissuer: sign token: %w", err)
+	}
+	return tok, nil
+}
+
+// uid returns a UUID-shaped identifier derived from the parts.
+func uid(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	b := h.Sum(nil)[:16]
+	b[6] = b[6]&0x0f | 0x50 // version 5-style (name based)
+	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

@@ -1,0 +1,14 @@
+// Package server serves the CA's certificate signing API,
+// istio.v1.auth.IstioCertificateService/CreateCertificate from
+// istio.io/api/security/v1alpha1, over gRPC and TLS, so that unmodified
+// Istio agents can use it.
+//
+// A request is handled in this order: the TTL is checked, the caller is
+// authenticated (bearer token or client certificate, see ca/authn), its
+// per-identity rate limit is applied, the CSR is parsed and its signature
+// checked, and the Authority signs a leaf for the proven identity. Every
+// error becomes a gRPC status in one place, Code.
+//
+// The serving certificate is signed by the CA itself, kept in memory only,
+// and reissued before it expires or when the CA changes.
+package server

@@ -1,0 +1,177 @@
+package server
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"math"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	securityv1alpha1 "istio.io/api/security/v1alpha1"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/certs"
+)
+
+// CreateCertificate implements IstioCertificateService: it signs the CSR
+// for the identity the caller proved. The response's cert_chain is the
+// leaf, then each intermediate as its own element, then the root bundle as
+// one last element.
+func (s *Server) CreateCertificate(ctx context.Context, req *securityv1alpha1.IstioCertificateRequest) (*securityv1alpha1.IstioCertificateResponse, error) {
+	start := s.clock.Now()
+	resp, caller, err := s.create(ctx, req)
+	s.metrics.duration.Observe(s.clock.Now().Sub(start).Seconds())
+	code := Code(err)
+	s.metrics.request(code)
+	if err != nil {
+		s.logFailure(ctx, err, caller, req)
+		return nil, toStatus(err)
+	}
+	return resp, nil
+}
+
+func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertificateRequest) (*securityv1alpha1.IstioCertificateResponse, *authn.Caller, error) {
+	ttl, err := requestTTL(req.GetValidityDuration())
+	if err != nil {
+		return nil, nil, err
+	}
+	caller, err := s.authn.Authenticate(ctx, credentialsFrom(ctx))
+	if errors.Is(err, authn.ErrNoCredentials) { // a lone authenticator, not a chain
+		err = ca.Wrap(ca.KindUnauthenticated, err, "no credentials: send an \"authorization: Bearer <token>\" header or a client certificate")
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	s.metrics.authenticated(caller.Method)
+	id, err := caller.ID(s.authority.TrustDomain())
+	if err != nil {
+		return nil, caller, ca.Wrap(ca.KindPermissionDenied, err, "the caller's namespace and service account do not form a valid SPIFFE ID")
+	}
+	if s.limiters != nil && !s.limiters.allow(id.String(), s.clock.Now()) {
+		return nil, caller, ca.Errorf(ca.KindResourceExhausted, "rate limit exceeded for %s, retry later", id)
+	}
+	csr, err := ca.ParseCSR([]byte(req.GetCsr()))
+	if err != nil {
+		return nil, caller, err
+	}
+	issued, err := s.authority.Sign(ctx, ca.Request{CSR: csr, ID: id, Caller: caller.String(), TTL: ttl})
+	if err != nil {
+		return nil, caller, err
+	}
+	if cluster := req.GetMetadata().GetFields()["ClusterID"].GetStringValue(); cluster != "" {
+		s.log.Debug("certificate request from cluster", "cluster_id", cluster, "caller", caller.String())
+	}
+	return &securityv1alpha1.IstioCertificateResponse{CertChain: s.pem.chain(issued)}, caller, nil
+}
+
+// requestTTL converts validity_duration (seconds; 0 = the default).
+func requestTTL(secs int64) (time.Duration, error) {
+	switch {
+	case secs < 0:
+		return 0, ca.Errorf(ca.KindInvalidArgument, "validity_duration must not be negative, got %d", secs)
+	case secs > int64(math.MaxInt64/time.Second):
+		return 0, ca.Errorf(ca.KindInvalidArgument, "validity_duration %d seconds is too long", secs)
+	}
+	return time.Duration(secs) * time.Second, nil
+}
+
+// credentialsFrom collects the bearer token from the "authorization"
+// metadata and the client certificates from the TLS handshake.
+func credentialsFrom(ctx context.Context) authn.Credentials {
+	var c authn.Credentials
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		for _, v := range md.Get("authorization") {
+			if tok, ok := bearerToken(v); ok {
+				c.Token = tok
+				break
+			}
+		}
+	}
+	if p, ok := peer.FromContext(ctx); ok {
+		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			c.PeerCertificates = info.State.PeerCertificates
+		}
+	}
+	return c
+}
+
+// bearerToken parses "Bearer <token>"; the scheme is case-insensitive
+// (RFC 9110, section 11.1).
+func bearerToken(v string) (string, bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(v), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+func (s *Server) logFailure(ctx context.Context, err error, caller *authn.Caller, req *securityv1alpha1.IstioCertificateRequest) {
+	code := Code(err)
+	attrs := []any{"code", code.String(), "error", err}
+	if caller != nil {
+		attrs = append(attrs, "caller", caller.String())
+	}
+	if p, ok := peer.FromContext(ctx); ok {
+		attrs = append(attrs, "peer", p.Addr.String())
+	}
+	if cluster := req.GetMetadata().GetFields()["ClusterID"].GetStringValue(); cluster != "" {
+		attrs = append(attrs, "cluster_id", cluster)
+	}
+	switch ca.KindOf(err) {
+	case ca.KindInternal, ca.KindUnavailable:
+		s.log.Warn("certificate request failed", attrs...)
+	case ca.KindResourceExhausted:
+		s.log.Debug("certificate request rate limited", attrs...)
+	default:
+		s.log.Info("certificate request refused", attrs...)
+	}
+}
+
+// pemCache keeps the PEM of the chain and roots of the last bundle signed
+// with, since Authority.Sign returns the same certificates for every leaf
+// of a bundle: only the leaf is encoded per request.
+type pemCache struct {
+	cur atomic.Pointer[pemEntry]
+}
+
+type pemEntry struct {
+	chain, roots []*x509.Certificate
+	chainPEM     []string
+	rootsPEM     string
+}
+
+func (p *pemCache) chain(iss *ca.Issued) []string {
+	e := p.cur.Load()
+	if e == nil || !samePointers(e.chain, iss.Chain) || !samePointers(e.roots, iss.Roots) {
+		e = &pemEntry{chain: iss.Chain, roots: iss.Roots, rootsPEM: string(certs.EncodeCertificates(iss.Roots...))}
+		for _, c := range iss.Chain {
+			e.chainPEM = append(e.chainPEM, string(certs.EncodeCertificates(c)))
+		}
+		p.cur.Store(e)
+	}
+	out := make([]string, 0, 2+len(e.chainPEM))
+	out = append(out, string(pem.EncodeToMemory(&pem.Block{Type: certs.BlockCertificate, Bytes: iss.Leaf.Raw})))
+	out = append(out, e.chainPEM...)
+	return append(out, e.rootsPEM)
+}
+
+// samePointers reports whether a and b hold the very same certificates.
+func samePointers(a, b []*x509.Certificate) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

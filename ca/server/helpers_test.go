@@ -1,0 +1,232 @@
+package server_test
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"log/slog"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	securityv1alpha1 "istio.io/api/security/v1alpha1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/devissuer"
+)
+
+var td = spiffeid.RequireTrustDomainFromString("cluster.local")
+
+// env is a running CA: authority, dev token issuer and gRPC server.
+type env struct {
+	authority *ca.Authority
+	issuer    *devissuer.Issuer
+	srv       *server.Server
+	reg       *prometheus.Registry
+	addr      string
+}
+
+type envOpts struct {
+	bundle *keystore.Bundle
+	cfg    func(*server.Config)
+	auths  func(e *env) []authn.Authenticator // default: JWT (dev issuer) then client cert
+}
+
+func selfSigned(t testing.TB) *keystore.Bundle {
+	t.Helper()
+	b, _, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: td.Name(), KeyType: certs.ECP256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func newEnv(t testing.TB, o envOpts) *env {
+	t.Helper()
+	if o.bundle == nil {
+		o.bundle = selfSigned(t)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	e := &env{reg: prometheus.NewRegistry()}
+	var err error
+	e.authority, err = ca.New(ca.Config{TrustDomain: td, Bundle: o.bundle, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := certs.GenerateKey(certs.ECP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.issuer, err = devissuer.New(key, ""); err != nil {
+		t.Fatal(err)
+	}
+	var auths []authn.Authenticator
+	if o.auths != nil {
+		auths = o.auths(e)
+	} else {
+		j, err := authn.NewJWT(authn.JWTConfig{Issuer: e.issuer.Issuer(), JWKS: e.issuer.JWKS()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := authn.NewClientCert(authn.ClientCertConfig{
+			TrustDomain:   td,
+			Roots:         func() []*x509.Certificate { return e.authority.Bundle().Roots },
+			Intermediates: func() []*x509.Certificate { return chainOf(e.authority.Bundle()) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		auths = []authn.Authenticator{j, cc}
+	}
+	cfg := server.Config{
+		Authority:     e.authority,
+		Authenticator: authn.NewChain(auths...),
+		Listen:        "127.0.0.1:0",
+		ServingDNS:    []string{"meshid.istio-system.svc"},
+		Logger:        quiet,
+		Registerer:    e.reg,
+	}
+	if o.cfg != nil {
+		o.cfg(&cfg)
+	}
+	if e.srv, err = server.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	e.addr = e.srv.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return e
+}
+
+func chainOf(b *keystore.Bundle) []*x509.Certificate {
+	if b.Cert.CheckSignatureFrom(b.Cert) == nil && len(b.Intermediates) == 0 {
+		return nil
+	}
+	return append([]*x509.Certificate{b.Cert}, b.Intermediates...)
+}
+
+func (e *env) pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	for _, r := range e.authority.Bundle().Roots {
+		p.AddCert(r)
+	}
+	return p
+}
+
+// client dials the CA over TLS, verifying it with the roots for serverName.
+// clientCert, when set, is presented in the handshake.
+func (e *env) client(t testing.TB, serverName string, clientCert *tls.Certificate) securityv1alpha1.IstioCertificateServiceClient {
+	t.Helper()
+	cfg := &tls.Config{RootCAs: e.pool(), ServerName: serverName, MinVersion: tls.VersionTLS12}
+	if clientCert != nil {
+		cfg.Certificates = []tls.Certificate{*clientCert}
+	}
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return securityv1alpha1.NewIstioCertificateServiceClient(conn)
+}
+
+func (e *env) token(t testing.TB, ns, sa string) string {
+	t.Helper()
+	tok, err := e.issuer.Mint(ns, sa, []string{"istio-ca"}, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func withToken(ctx context.Context, tok string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
+}
+
+func sid(ns, sa string) spiffeid.ID {
+	return spiffeid.RequireFromSegments(td, "ns", ns, "sa", sa)
+}
+
+// csrFor returns a PEM CSR for id signed by key, shaped like istio-agent's
+// (subject with one empty O, the SPIFFE ID as the only URI SAN).
+func csrFor(t testing.TB, key crypto.Signer, id spiffeid.ID, mod func(*x509.CertificateRequest)) string {
+	t.Helper()
+	u, _ := url.Parse(id.String())
+	tmpl := &x509.CertificateRequest{Subject: pkix.Name{Organization: []string{""}}, URIs: []*url.URL{u}}
+	if mod != nil {
+		mod(tmpl)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(certs.EncodeCSR(der))
+}
+
+func genKey(t testing.TB, kt certs.KeyType) crypto.Signer {
+	t.Helper()
+	k, err := certs.GenerateKey(kt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func fakeClock() *clock.Fake { return clock.NewFake(time.Now()) }
+
+var devissuerNew = devissuer.New
+
+// srvAuth returns a JWT authenticator trusting e's dev issuer.
+func (e *env) srvAuth(t testing.TB) authn.Authenticator {
+	t.Helper()
+	j, err := authn.NewJWT(authn.JWTConfig{Issuer: e.issuer.Issuer(), JWKS: e.issuer.JWKS()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// counterValue reads a counter with one label from reg.
+func counterValue(t testing.TB, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("metric %s{%s=%q} not found", name, label, value)
+	return 0
+}

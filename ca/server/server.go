@@ -1,0 +1,228 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	securityv1alpha1 "istio.io/api/security/v1alpha1"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/internal/clock"
+)
+
+// Limits and defaults of the gRPC endpoint.
+const (
+	// MaxRecvMsgSize bounds a request: a CSR is at most 64 KiB of PEM
+	// (ca.MaxCSRSize), plus metadata.
+	MaxRecvMsgSize = 256 << 10
+	// MaxConcurrentStreams bounds the requests in flight on one connection.
+	MaxConcurrentStreams = 256
+	// DefaultServingTTL is the lifetime of the serving certificate; it is
+	// reissued at half of it.
+	DefaultServingTTL = 24 * time.Hour
+	// DefaultShutdownGrace is how long Run lets requests in flight finish
+	// after its context ends.
+	DefaultShutdownGrace = 5 * time.Second
+	limiterPruneInterval = time.Minute
+)
+
+// Config configures a Server.
+type Config struct {
+	Authority     *ca.Authority       // required
+	Authenticator authn.Authenticator // required; usually an authn.NewChain
+	// Listen is the TCP address, such as "127.0.0.1:15012". Required.
+	Listen string
+	// ServingDNS are DNS SANs added to the serving certificate; localhost,
+	// istiod.istio-system.svc, 127.0.0.1 and ::1 are always included.
+	ServingDNS []string
+	// ServingTTL is the serving certificate's lifetime. Default 24h.
+	ServingTTL time.Duration
+	// RateLimit is the sustained requests per second allowed per caller
+	// identity; 0 is unlimited. Over it, requests get ResourceExhausted.
+	RateLimit float64
+	// RateBurst is the per-caller burst. Default: RateLimit rounded up,
+	// at least 1.
+	RateBurst  int
+	Clock      clock.Clock
+	Logger     *slog.Logger          // nil discards logs
+	Registerer prometheus.Registerer // nil registers no metrics
+}
+
+// Server is the CA's gRPC endpoint.
+type Server struct {
+	securityv1alpha1.UnimplementedIstioCertificateServiceServer
+
+	authority *ca.Authority
+	authn     authn.Authenticator
+	listen    string
+	clock     clock.Clock
+	log       *slog.Logger
+	serving   *servingCerts
+	limiters  *limiters // nil when unlimited
+	metrics   *metrics
+	pem       pemCache
+	grpc      *grpc.Server
+
+	mu sync.Mutex
+	ln net.Listener
+}
+
+// New validates cfg and builds the server. It neither listens nor issues
+// the serving certificate (the first TLS handshake does).
+func New(cfg Config) (*Server, error) {
+	if cfg.Authority == nil {
+		return nil, errors.New("server: Config.Authority is required")
+	}
+	if cfg.Authenticator == nil {
+		return nil, errors.New("server: Config.Authenticator is required")
+	}
+	if cfg.Listen == "" {
+		return nil, errors.New("server: Config.Listen is required")
+	}
+	if cfg.RateLimit < 0 || math.IsNaN(cfg.RateLimit) || math.IsInf(cfg.RateLimit, 0) {
+		return nil, fmt.Errorf("server: invalid rate limit %v", cfg.RateLimit)
+	}
+	if cfg.RateBurst < 0 {
+		return nil, fmt.Errorf("server: negative rate burst %d", cfg.RateBurst)
+	}
+	if cfg.ServingTTL < 0 {
+		return nil, fmt.Errorf("server: negative serving TTL %s", cfg.ServingTTL)
+	}
+	if cfg.ServingTTL == 0 {
+		cfg.ServingTTL = DefaultServingTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	clk := clock.OrReal(cfg.Clock)
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		authority: cfg.Authority,
+		authn:     cfg.Authenticator,
+		listen:    cfg.Listen,
+		clock:     clk,
+		log:       cfg.Logger,
+		serving:   newServingCerts(cfg.Authority, cfg.ServingDNS, cfg.Listen, cfg.ServingTTL, clk),
+		metrics:   m,
+	}
+	if cfg.RateLimit > 0 {
+		burst := cfg.RateBurst
+		if burst == 0 {
+			burst = max(1, int(math.Ceil(cfg.RateLimit)))
+		}
+		s.limiters = newLimiters(cfg.RateLimit, burst)
+	}
+	s.grpc = grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(s.serving.tlsConfig())),
+		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.ConnectionTimeout(10*time.Second),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             10 * time.Second,
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: 15 * time.Minute,
+			Time:              time.Minute,
+			Timeout:           20 * time.Second,
+		}),
+	)
+	securityv1alpha1.RegisterIstioCertificateServiceServer(s.grpc, s)
+	return s, nil
+}
+
+// Listen binds the address, so that Addr is known before Run. Run calls it
+// when it has not been called.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.listen)
+	if err != nil {
+		return fmt.Errorf("server: listen %s: %w", s.listen, err)
+	}
+	s.ln = ln
+	return nil
+}
+
+// Addr returns the bound address, or nil before Listen.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Run serves until ctx ends, then lets requests in flight finish for a
+// few seconds. It returns nil after a clean stop.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	ln := s.ln
+	s.mu.Unlock()
+	// Issue the serving certificate now, so a CA that cannot issue one
+	// fails at start rather than at the first handshake.
+	if _, err := s.serving.get(); err != nil {
+		ln.Close()
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(ln) }()
+	var prune clock.Timer
+	var pruneC <-chan time.Time
+	if s.limiters != nil {
+		prune = s.clock.NewTimer(limiterPruneInterval)
+		pruneC = prune.C()
+		defer prune.Stop()
+	}
+	for {
+		select {
+		case err := <-errc:
+			return fmt.Errorf("server: %w", err)
+		case <-pruneC:
+			s.limiters.prune(s.clock.Now())
+			prune.Reset(limiterPruneInterval)
+		case <-ctx.Done():
+			s.stop()
+			<-errc
+			return nil
+		}
+	}
+}
+
+// stop ends the server gracefully, forcibly after DefaultShutdownGrace.
+func (s *Server) stop() {
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	t := s.clock.NewTimer(DefaultShutdownGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C():
+		s.grpc.Stop()
+		<-done
+	}
+}

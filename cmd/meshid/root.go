@@ -36,7 +36,11 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	// Subcommands are added here, one constructor per file.
+	root.AddCommand(newServerCmd())
+	root.AddCommand(newAgentCmd())
+	root.AddCommand(newDevCmd())
 	root.AddCommand(newInspectCmd())
 	root.AddCommand(newCertsCmd())
+	root.AddCommand(newBenchCmd())
 	return root
 }

@@ -274,4 +274,3 @@ func (a *agentStack) run(ctx context.Context) error {
 	a.logger.Info("meshid agent serving", attrs...)
 	return g.Wait()
 }
-

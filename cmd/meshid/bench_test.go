@@ -18,7 +18,10 @@ import (
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 
 	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/bench/sdsload"
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/secretcache"
@@ -66,6 +69,184 @@ func TestBenchCAFlagErrors(t *testing.T) {
 				t.Errorf("error = %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// startBenchCA runs a real CA (Authority, offline JWT authentication with a
+// dev issuer, gRPC server on 127.0.0.1:0) on a state directory laid out like
+// meshid dev's: jwt-key.pem, jwks.json and root-cert.pem.
+func startBenchCA(t *testing.T, rateLimit float64, rateBurst int) (addr, stateDir string) {
+	t.Helper()
+	stateDir = t.TempDir()
+	iss, err := devissuer.LoadOrCreate(stateDir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, err := keystore.LoadOrCreateSelfSigned(keystore.SelfSignedConfig{Dir: stateDir, TrustDomain: "cluster.local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	auth, err := ca.New(ca.Config{TrustDomain: spiffeid.RequireTrustDomainFromString("cluster.local"), Bundle: bundle, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwt, err := authn.NewJWT(authn.JWTConfig{Issuer: iss.Issuer(), Audiences: []string{"istio-ca"}, JWKS: iss.JWKS(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{Authority: auth, Authenticator: jwt, Listen: "127.0.0.1:0",
+		RateLimit: rateLimit, RateBurst: rateBurst, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("CA: %v", err)
+		}
+	})
+	return srv.Addr().String(), stateDir
+}
+
+// benchCAReport is the part of `bench ca -o json` the tests read.
+type benchCAReport struct {
+	Addr        string
+	CryptoBound *struct {
+		LeafKeyType    string  `json:"leaf_key_type"`
+		CAKeyType      string  `json:"ca_key_type"`
+		CertsPerSecond float64 `json:"certs_per_second"`
+		BestRatio      float64 `json:"best_ratio"`
+	} `json:"crypto_bound"`
+	Runs []struct {
+		Concurrency, Identities, Requests, OK int
+		KeyType                               string `json:"key_type"`
+		Pregen                                bool   `json:"pregen_keys"`
+		Errors                                map[string]int
+		Throughput                            float64 `json:"certs_per_second"`
+		Latency                               struct {
+			Count int
+			P99   float64 `json:"p99_ms"`
+		}
+	}
+}
+
+func parseBenchCA(t *testing.T, stdout string) benchCAReport {
+	t.Helper()
+	var r benchCAReport
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	return r
+}
+
+func TestBenchCA(t *testing.T) {
+	addr, dir := startBenchCA(t, 0, 0)
+	tests := []struct {
+		name     string
+		args     []string
+		wantRuns []int // concurrency of each run
+		requests int
+		ids      int
+		keyType  string
+	}{
+		{"many service accounts, pregenerated", []string{"--service-accounts", "3", "--requests", "30", "--concurrency", "4", "--pregen-keys"}, []int{4}, 30, 3, "ec-p256"},
+		{"fresh rsa key per request", []string{"--requests", "3", "--concurrency", "2", "--key-type", "rsa-2048"}, []int{2}, 3, 1, "rsa-2048"},
+		{"sweep over two connections", []string{"--requests", "8", "--sweep", "1,4", "--connections", "2", "--pregen-keys"}, []int{1, 4}, 8, 1, "ec-p256"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"ca", "--addr", addr, "--dev-state-dir", dir, "-o", "json", "-q"}, tt.args...)
+			stdout, stderr, err := benchRun(t, args...)
+			if err != nil {
+				t.Fatalf("bench ca: %v\n%s", err, stderr)
+			}
+			r := parseBenchCA(t, stdout)
+			if r.Addr != addr || len(r.Runs) != len(tt.wantRuns) || r.CryptoBound != nil {
+				t.Fatalf("report:\n%s", stdout)
+			}
+			for i, run := range r.Runs {
+				if run.Concurrency != tt.wantRuns[i] || run.Requests != tt.requests || run.OK != tt.requests ||
+					len(run.Errors) != 0 || run.Identities != tt.ids || run.KeyType != tt.keyType ||
+					run.Latency.Count != tt.requests || run.Latency.P99 <= 0 || run.Throughput <= 0 {
+					t.Errorf("run %d:\n%s", i, stdout)
+				}
+			}
+		})
+	}
+}
+
+func TestBenchCAErrorsByCode(t *testing.T) {
+	// A burst of 2 per caller and a refill of one token per 1000 s: each
+	// service account gets exactly two certificates in this run.
+	addr, dir := startBenchCA(t, 0.001, 2)
+	stdout, stderr, err := benchRun(t, "ca", "--addr", addr, "--dev-state-dir", dir, "--service-accounts", "3",
+		"--requests", "30", "--concurrency", "3", "--pregen-keys", "-o", "json")
+	if err != nil {
+		t.Fatalf("bench ca: %v\n%s", err, stderr)
+	}
+	run := parseBenchCA(t, stdout).Runs[0]
+	if run.Requests != 30 || run.OK != 6 || run.Errors["ResourceExhausted"] != 24 || len(run.Errors) != 1 {
+		t.Errorf("report:\n%s", stdout)
+	}
+	if !strings.Contains(stderr, "bench ca: 127.0.0.1:") || !strings.Contains(stderr, "generating 3 ec-p256 key(s)") {
+		t.Errorf("progress header missing from stderr:\n%s", stderr)
+	}
+
+	// Tokens for another audience are refused: every request fails, in
+	// the table and in the exit status.
+	stdout, _, err = benchRun(t, "ca", "--addr", addr, "--dev-state-dir", dir, "--audience", "other",
+		"--requests", "5", "--pregen-keys", "-q")
+	if err == nil || !strings.Contains(err.Error(), "no request succeeded at concurrency 8 (Unauthenticated=5)") {
+		t.Errorf("err = %v", err)
+	}
+	if !strings.Contains(stdout, "CONCURRENCY") || !strings.Contains(stdout, "Unauthenticated=5") {
+		t.Errorf("table:\n%s", stdout)
+	}
+
+	// A wrong server name fails the TLS handshake: Unavailable.
+	_, _, err = benchRun(t, "ca", "--addr", addr, "--dev-state-dir", dir, "--server-name", "evil.example",
+		"--requests", "2", "--pregen-keys", "-q", "--timeout", "5s")
+	if err == nil || !strings.Contains(err.Error(), "Unavailable=2") {
+		t.Errorf("wrong server name: err = %v", err)
+	}
+}
+
+func TestBenchCAChartAndBound(t *testing.T) {
+	addr, dir := startBenchCA(t, 0, 0)
+	svg := filepath.Join(t.TempDir(), "ca.svg")
+	stdout, stderr, err := benchRun(t, "ca", "--addr", addr, "--dev-state-dir", dir, "--requests", "4",
+		"--sweep", "1,2", "--pregen-keys", "--crypto-bound", "--crypto-bound-duration", "10ms", "--chart", svg)
+	if err != nil {
+		t.Fatalf("bench ca: %v\n%s", err, stderr)
+	}
+	for _, want := range []string{"CONCURRENCY", "\n1 ", "\n2 ", "in-process crypto bound:", "ec-p256 CSR check + ec-p256 CA signature"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil || !bytes.Contains(b, []byte("<svg")) || !bytes.Contains(b, []byte("in-process crypto bound")) {
+		t.Errorf("chart: %v", err)
+	}
+	if !strings.Contains(stderr, "wrote "+svg) {
+		t.Errorf("stderr:\n%s", stderr)
+	}
+
+	stdout, _, err = benchRun(t, "ca", "--addr", addr, "--dev-state-dir", dir, "--requests", "2", "--pregen-keys",
+		"--crypto-bound", "--crypto-bound-duration", "10ms", "--key-type", "rsa-2048", "-o", "json", "-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := parseBenchCA(t, stdout)
+	if b := r.CryptoBound; b == nil || b.LeafKeyType != "rsa-2048" || b.CAKeyType != "ec-p256" || b.CertsPerSecond <= 0 || b.BestRatio <= 0 {
+		t.Errorf("crypto bound:\n%s", stdout)
 	}
 }
 

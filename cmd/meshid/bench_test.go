@@ -21,8 +21,8 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/server"
-	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/bench/sdsload"
+	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/secretcache"
 )

@@ -161,22 +161,28 @@ func (t *TokenReview) Authenticate(ctx context.Context, creds Credentials) (*Cal
 	}
 	// Concurrent requests with the same token (a restarting pod's many
 	// containers, a retry storm) share one API call.
-	v, err, _ := t.flight.Do(string(key[:]), func() (any, error) {
+	token := creds.Token
+	ch := t.flight.DoChan(string(key[:]), func() (any, error) {
 		if v, ok := t.cache.Get(key); ok {
 			t.cacheHits.Inc()
 			return v, nil
 		}
-		r, err := t.review(ctx, creds.Token)
+		r, err := t.review(ctx, token)
 		if err != nil {
 			return nil, err
 		}
-		t.store(key, creds.Token, r)
+		t.store(key, r)
 		return r, nil
 	})
-	if err != nil {
-		return nil, err
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.(reviewResult).result()
+	case <-ctx.Done():
+		return nil, ca.Wrap(ca.KindUnavailable, ctx.Err(), "tokenreview: the request ended before the token was reviewed")
 	}
-	return v.(reviewResult).result()
 }
 
 func (r reviewResult) result() (*Caller, error) {
@@ -189,7 +195,7 @@ func (r reviewResult) result() (*Caller, error) {
 
 // store caches r: a success until the earlier of the token's exp and the
 // cache TTL; a rejection for the negative TTL.
-func (t *TokenReview) store(key [32]byte, token string, r reviewResult) {
+func (t *TokenReview) store(key [32]byte, r reviewResult) {
 	if r.err != nil {
 		if t.negTTL > 0 {
 			t.cache.Add(key, r, t.negTTL)
@@ -208,13 +214,15 @@ func (t *TokenReview) store(key [32]byte, token string, r reviewResult) {
 // review calls the API server. A non-nil error means it could not decide
 // (Unavailable); a rejection is returned inside the result.
 func (t *TokenReview) review(ctx context.Context, token string) (reviewResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	// The review is shared by every concurrent request with this token
+	// (singleflight), so the first caller going away must not fail it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
 	defer cancel()
-	start := time.Now() // latency metric only; not a decision
+	start := t.clock.Now()
 	resp, err := t.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: t.audiences},
 	}, metav1.CreateOptions{})
-	t.latency.Observe(time.Since(start).Seconds())
+	t.latency.Observe(t.clock.Now().Sub(start).Seconds())
 	if err != nil {
 		// Whatever went wrong (unreachable, 5xx, timeout, or the CA not
 		// being allowed to create TokenReviews), the caller's token was

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -299,4 +300,39 @@ func gatherValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("metric %s not found", name)
 	return 0
+}
+
+// A caller that goes away while its review is in flight gets Unavailable at
+// once; the review itself completes and is cached for the next caller.
+func TestTokenReviewCallerCancels(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	api := &fakeAPI{answer: func(string, []string) (authenticationv1.TokenReviewStatus, error) {
+		once.Do(func() { close(entered) })
+		<-release
+		return saStatus("ns", "sa", "istio-ca"), nil
+	}}
+	tr, _ := newTokenReview(t, api, clock.NewFake(t0), 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := tr.Authenticate(ctx, authn.Credentials{Token: "opaque-4f1c"})
+		errc <- err
+	}()
+	<-entered
+	cancel()
+	wantKind(t, <-errc, ca.KindUnavailable, "opaque-4f1c")
+
+	got := make(chan error, 1)
+	go func() {
+		_, err := tr.Authenticate(context.Background(), authn.Credentials{Token: "opaque-4f1c"})
+		got <- err
+	}()
+	close(release)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if n := api.calls.Load(); n != 1 {
+		t.Fatalf("API calls %d, want 1", n)
+	}
 }

@@ -34,6 +34,7 @@ test-kube: kube-binaries
 ## bench: Go benchmarks and a short load run against `meshid dev`.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+	BIN=$(BIN) bash scripts/bench.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -175,12 +175,11 @@ func TestRepairs(t *testing.T) {
 			h.pub.SetRoots([]*x509.Certificate{rootA})
 			h.run()
 			h.waitPublished("app", rootA)
-			before := h.published()
+			// The metric is bumped after the API call returns: wait for it.
+			kubetest.Eventually(t, "the create counted", func() bool { return h.published() == 1 })
 			tc.breakIt(t, h)
 			h.waitPublished("app", rootA)
-			if n := h.published() - before; n != 1 {
-				t.Errorf("publisher wrote %v times to repair, want 1", n)
-			}
+			kubetest.Eventually(t, "the repair counted", func() bool { return h.published() == 2 })
 		})
 	}
 }
@@ -215,6 +214,16 @@ func TestWritesOnlyWhenContentDiffers(t *testing.T) {
 	h := newHarness(t, 1, namespace("ok"), terminating, current)
 	h.pub.SetRoots([]*x509.Certificate{rootA})
 	h.run()
+	// Create "later" once the namespace informer has listed the others, so
+	// that it is queued after them.
+	kubetest.Eventually(t, "namespace watch", func() bool {
+		for _, a := range h.client.Actions() {
+			if a.GetVerb() == "watch" && a.GetResource().Resource == "namespaces" {
+				return true
+			}
+		}
+		return false
+	})
 	h.createNamespace("later")
 	h.waitPublished("later", rootA)
 	if n := h.writes("ok"); n != 0 {

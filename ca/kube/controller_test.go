@@ -1,0 +1,226 @@
+package kube_test
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/ca/kube"
+	"github.com/meshid/meshid/ca/kube/internal/kubetest"
+	"github.com/meshid/meshid/certs"
+)
+
+const caNS = "istio-system"
+
+// setter is a BundleSetter that records what it accepted.
+type setter struct {
+	mu     sync.Mutex
+	got    []*x509.Certificate
+	reject bool
+}
+
+func (s *setter) SetBundle(b *keystore.Bundle) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reject {
+		return errors.New("rejected")
+	}
+	s.got = append(s.got, b.Cert)
+	return nil
+}
+
+func (s *setter) last() *x509.Certificate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.got) == 0 {
+		return nil
+	}
+	return s.got[len(s.got)-1]
+}
+
+func newController(t *testing.T, client *fake.Clientset, id string) *kube.Controller {
+	t.Helper()
+	c, err := kube.New(kube.Config{
+		Client:        client,
+		Namespace:     caNS,
+		Identity:      id,
+		TrustDomain:   "cluster.local",
+		LeaseDuration: time.Second,
+		RenewDeadline: 500 * time.Millisecond,
+		RetryPeriod:   100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return c
+}
+
+func namespace(n string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}
+}
+
+func count(client *fake.Clientset, verb, resource string) int {
+	n := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == verb && a.GetResource().Resource == resource {
+			n++
+		}
+	}
+	return n
+}
+
+func rootConfigMap(client *fake.Clientset, ns string) string {
+	cm, err := client.CoreV1().ConfigMaps(ns).Get(context.Background(), "istio-ca-root-cert", metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return cm.Data["root-cert.pem"]
+}
+
+func TestReplicasShareOneRootAndPublishIt(t *testing.T) {
+	client := fake.NewClientset(namespace(caNS), namespace("default"), namespace("app"))
+	ctrls := []*kube.Controller{newController(t, client, "ca-0"), newController(t, client, "ca-1")}
+	setters := []*setter{{}, {}}
+	for i, c := range ctrls {
+		c.Bind(setters[i])
+	}
+	kubetest.Eventually(t, "both replicas ready", func() bool {
+		return ctrls[0].Ready() == nil && ctrls[1].Ready() == nil
+	})
+	root := ctrls[0].Bundle().Roots[0]
+	if !ctrls[1].Bundle().Roots[0].Equal(root) {
+		t.Fatal("the replicas loaded different roots")
+	}
+	if n := count(client, "create", "secrets"); n != 1 {
+		t.Errorf("%d Secret creates, want 1 (by the leader)", n)
+	}
+	if ctrls[0].IsLeader() == ctrls[1].IsLeader() {
+		t.Errorf("leaders: ca-0 %v, ca-1 %v; want exactly one", ctrls[0].IsLeader(), ctrls[1].IsLeader())
+	}
+	want := string(certs.EncodeCertificates(root))
+	for _, ns := range []string{caNS, "default", "app"} {
+		kubetest.Eventually(t, "root ConfigMap in "+ns, func() bool { return rootConfigMap(client, ns) == want })
+	}
+
+	// An operator plugs in a CA: every replica switches without restart,
+	// the Authority gets it, and the ConfigMaps follow.
+	files, plugCA, plugRoot := kubetest.Plugged(t, "operator")
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cacerts", Namespace: caNS}, Data: files}
+	if _, err := client.CoreV1().Secrets(caNS).Create(context.Background(), sec, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range ctrls {
+		kubetest.Eventually(t, "replica switched to cacerts", func() bool {
+			return c.Source() == "cacerts" && setters[i].last() != nil && setters[i].last().Equal(plugCA)
+		})
+	}
+	want = string(certs.EncodeCertificates(plugRoot))
+	for _, ns := range []string{caNS, "default", "app"} {
+		kubetest.Eventually(t, "plugged root in "+ns, func() bool { return rootConfigMap(client, ns) == want })
+	}
+}
+
+func TestFollowerWaitsForTheLeader(t *testing.T) {
+	// Another replica holds the Lease for an hour.
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "meshid-ca", Namespace: caNS},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To("ca-other"),
+			LeaseDurationSeconds: ptr.To[int32](3600),
+			AcquireTime:          &metav1.MicroTime{Time: time.Now()},
+			RenewTime:            &metav1.MicroTime{Time: time.Now()},
+		},
+	}
+	client := fake.NewClientset(lease, namespace(caNS), namespace("app"))
+	c := newController(t, client, "ca-1")
+	var s setter
+	c.Bind(&s)
+	kubetest.Eventually(t, "the follower observes the leader", func() bool { return c.Leader() == "ca-other" })
+	if c.IsLeader() {
+		t.Fatal("follower leads")
+	}
+	if err := c.Ready(); err == nil {
+		t.Fatal("ready without a CA Secret")
+	}
+	if n := count(client, "create", "secrets") + count(client, "create", "configmaps"); n != 0 {
+		t.Errorf("a follower wrote %d objects", n)
+	}
+
+	// The leader creates the Secret: the follower loads it.
+	files, root := kubetest.SelfSigned(t, "cluster.local")
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "meshid-ca", Namespace: caNS}, Data: files}
+	if _, err := client.CoreV1().Secrets(caNS).Create(context.Background(), sec, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := c.WaitForBundle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Cert.Equal(root) {
+		t.Error("follower loaded another root")
+	}
+	kubetest.Eventually(t, "Bind delivered the bundle", func() bool { return s.last() != nil && s.last().Equal(root) })
+	if n := count(client, "create", "configmaps"); n != 0 {
+		t.Errorf("a follower published %d ConfigMaps", n)
+	}
+}
+
+func TestBindKeepsGoingWhenTheSetterRejects(t *testing.T) {
+	files, root := kubetest.SelfSigned(t, "cluster.local")
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "meshid-ca", Namespace: caNS}, Data: files}
+	client := fake.NewClientset(sec)
+	c := newController(t, client, "ca-0")
+	bad := &setter{reject: true}
+	good := &setter{}
+	c.Bind(bad)
+	c.Bind(good)
+	kubetest.Eventually(t, "the second setter got the bundle", func() bool { return good.last() != nil && good.last().Equal(root) })
+}
+
+func TestNewValidates(t *testing.T) {
+	client := fake.NewClientset()
+	ok := kube.Config{Client: client, Namespace: caNS, Identity: "ca-0", TrustDomain: "cluster.local"}
+	tests := []struct {
+		name   string
+		modify func(*kube.Config)
+	}{
+		{"no client", func(c *kube.Config) { c.Client = nil }},
+		{"no namespace", func(c *kube.Config) { c.Namespace = "" }},
+		{"no identity", func(c *kube.Config) { c.Identity = "" }},
+		{"no trust domain", func(c *kube.Config) { c.TrustDomain = "" }},
+		{"bad lease durations", func(c *kube.Config) { c.LeaseDuration, c.RenewDeadline = time.Second, 2*time.Second }},
+	}
+	if _, err := kube.New(ok); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := ok
+			tc.modify(&cfg)
+			if _, err := kube.New(cfg); err == nil {
+				t.Fatal("New accepted an invalid config")
+			}
+		})
+	}
+}

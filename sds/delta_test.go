@@ -223,7 +223,7 @@ func TestDeltaWrongTypeAndSPIFFE(t *testing.T) {
 	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: "type.googleapis.com/envoy.config.listener.v3.Listener", ResourceNamesSubscribe: []string{dflt}})
 	c.change([]string{root}, nil)
 	got := c.recvNames(root)
-	checkSPIFFEValidator(t, secretOf(t, got[root]), e.pki)
+	checkSPIFFEValidator(t, secretOf(t, got[root]), e.roots())
 	if n := h.metric(t, "meshid_agent_sds_bad_requests_total", "reason", "type_url"); n != 1 {
 		t.Errorf("type_url = %v, want 1", n)
 	}

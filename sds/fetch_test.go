@@ -31,7 +31,7 @@ func TestFetchSecrets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkSPIFFEValidator(t, unpack(t, r.GetResources()[0]), e.pki)
+		checkSPIFFEValidator(t, unpack(t, r.GetResources()[0]), e.roots())
 	})
 }
 

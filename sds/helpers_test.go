@@ -245,7 +245,8 @@ type env struct {
 		Secret(context.Context, string) (*secretcache.Secret, error)
 		Watch(string, func(*secretcache.Secret)) func()
 	}
-	pki *pki
+	// roots returns the CA's current roots.
+	roots func() []*x509.Certificate
 	// rotate makes a new version of default; rootChange a new ROOTCA (and,
 	// with the Manager, a new default too).
 	rotate     func(t *testing.T)
@@ -266,7 +267,7 @@ func fakeEnv(t *testing.T) *env {
 	return &env{
 		name:   "fake",
 		src:    f,
-		pki:    p,
+		roots:  p.roots,
 		rotate: func(t *testing.T) { f.set(p.certSecret(t, secretcache.DefaultName, time.Hour)) },
 		rootChange: func(t *testing.T) {
 			p.newRoot(t)
@@ -288,9 +289,9 @@ func managerEnv(t *testing.T) *env {
 	dir := t.TempDir()
 	n := 0
 	return &env{
-		name: "manager",
-		src:  m,
-		pki:  p,
+		name:  "manager",
+		src:   m,
+		roots: p.roots,
 		rotate: func(t *testing.T) {
 			if err := m.Rotate(context.Background()); err != nil {
 				t.Fatal(err)

@@ -18,11 +18,11 @@ import (
 )
 
 // 1,000 streams opened at once on a fresh agent cause exactly one CSR, and
-// all receive the same certificate.
+// all receive the same certificate. End to end: the CA server sees one
+// CreateCertificate call.
 func TestThousandStreamsOneCSR(t *testing.T) {
-	p := newPKI(t, nil)
-	m := newManager(t, p, nil)
-	h := start(t, m)
+	cas := newCAStack(t)
+	h := start(t, cas.m)
 	const streams, conns = 1000, 8
 	clients := make([]secretv3.SecretDiscoveryServiceClient, conns)
 	for i := range clients {
@@ -70,8 +70,11 @@ func TestThousandStreamsOneCSR(t *testing.T) {
 	if len(seen) != 1 {
 		t.Errorf("streams got %d different versions: %v", len(seen), seen)
 	}
-	if n := p.csrs.Load(); n != 1 {
+	if n := cas.csrs.Load(); n != 1 {
 		t.Errorf("%d CSRs for %d streams, want 1", n, streams)
+	}
+	if n := metric(t, cas.reg, "meshid_ca_requests_total", "code", "OK"); n != 1 {
+		t.Errorf("the CA answered %v CreateCertificate calls, want 1", n)
 	}
 }
 

@@ -20,12 +20,13 @@ const (
 	root = secretcache.RootName
 )
 
-// forEachEnv runs test against the fake Source and the real Manager.
+// forEachEnv runs test against a fake Source, a real Manager with an
+// in-process signer, and end to end with the real CA server.
 func forEachEnv(t *testing.T, test func(t *testing.T, e *env, h *harness)) {
 	for _, mk := range []struct {
 		name string
 		env  func(*testing.T) *env
-	}{{"fake", fakeEnv}, {"manager", managerEnv}} {
+	}{{"fake", fakeEnv}, {"manager", managerEnv}, {"ca-server", caServerEnv}} {
 		t.Run(mk.name, func(t *testing.T) {
 			e := mk.env(t)
 			test(t, e, start(t, e.src))
@@ -41,7 +42,7 @@ func TestStreamFirstFetch(t *testing.T) {
 		chain, key := tlsCert(t, got[dflt])
 		roots := trustedCA(t, got[root])
 		verifySVID(t, chain, key, roots)
-		if !roots[0].Equal(e.pki.roots()[0]) {
+		if !roots[0].Equal(e.roots()[0]) {
 			t.Error("ROOTCA is not the CA's root")
 		}
 		if got[root].GetValidationContext().GetCustomValidatorConfig() != nil {
@@ -158,7 +159,7 @@ func TestStreamResourceNamesChange(t *testing.T) {
 		e.rotate(t)
 		e.rootChange(t)
 		s := c.recvSecret()
-		if s.GetName() != root || !trustedCA(t, s)[0].Equal(e.pki.roots()[0]) {
+		if s.GetName() != root || !trustedCA(t, s)[0].Equal(e.roots()[0]) {
 			t.Fatalf("got %q, want the new ROOTCA", s.GetName())
 		}
 		// An empty list unsubscribes everything; subscribing again sends
@@ -273,12 +274,12 @@ func TestStreamSPIFFEValidator(t *testing.T) {
 				trustedCA(t, got[root])
 				return
 			}
-			checkSPIFFEValidator(t, got[root], e.pki)
+			checkSPIFFEValidator(t, got[root], e.roots())
 		})
 	}
 }
 
-func checkSPIFFEValidator(t *testing.T, s *tlsv3.Secret, p *pki) {
+func checkSPIFFEValidator(t *testing.T, s *tlsv3.Secret, roots []*x509.Certificate) {
 	t.Helper()
 	vc := s.GetValidationContext()
 	if vc.GetTrustedCa() != nil {
@@ -299,7 +300,7 @@ func checkSPIFFEValidator(t *testing.T, s *tlsv3.Secret, p *pki) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(bundle) != 1 || !bundle[0].Equal(p.roots()[0]) {
+	if len(bundle) != 1 || !bundle[0].Equal(roots[0]) {
 		t.Error("trust bundle is not the root")
 	}
 }

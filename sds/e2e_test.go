@@ -1,0 +1,172 @@
+package sds_test
+
+import (
+	"context"
+	"crypto/x509"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/sds/caclient"
+	"github.com/meshid/meshid/sds/secretcache"
+)
+
+// caStack is the real thing behind the agent: a CA server (ca.Authority,
+// offline JWT authentication with a dev issuer, TLS gRPC on 127.0.0.1)
+// and a secretcache.Manager signing through caclient with a token file.
+type caStack struct {
+	authority *ca.Authority
+	bundles   []*keystore.Bundle // bundles[0] is in use first; rootChange moves on
+	next      int
+	reg       *prometheus.Registry // the CA's metrics
+	csrs      atomic.Int64         // Sign calls made by the Manager
+	m         *secretcache.Manager
+}
+
+// countingSigner counts the CSRs the Manager sends.
+type countingSigner struct {
+	s *caStack
+	c *caclient.Client
+}
+
+func (c countingSigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
+	c.s.csrs.Add(1)
+	return c.c.Sign(ctx, csrPEM, ttl)
+}
+
+func newCAStack(t testing.TB) *caStack {
+	t.Helper()
+	quiet := slog.New(slog.DiscardHandler)
+	s := &caStack{reg: prometheus.NewRegistry()}
+	var allRoots []*x509.Certificate
+	for range 3 {
+		b, _, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: testTD.Name(), KeyType: certs.ECP256})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.bundles = append(s.bundles, b)
+		allRoots = append(allRoots, b.Roots...)
+	}
+	var err error
+	s.authority, err = ca.New(ca.Config{TrustDomain: testTD, Bundle: s.bundles[0], Logger: quiet, Registerer: s.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := certs.GenerateKey(certs.ECP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer, err := devissuer.New(key, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwt, err := authn.NewJWT(authn.JWTConfig{Issuer: issuer.Issuer(), JWKS: issuer.JWKS()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{
+		Authority: s.authority, Authenticator: authn.NewChain(jwt),
+		Listen: "127.0.0.1:0", Logger: quiet, Registerer: s.reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("CA server Run: %v", err)
+		}
+	})
+
+	tok, err := issuer.Mint("default", "default", []string{"istio-ca"}, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "istio-token")
+	if err := certs.WriteFileAtomic(tokenFile, []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The client trusts every root the test will move the CA to, so that
+	// it keeps verifying the CA's serving certificate after a root change.
+	client, err := caclient.New(caclient.Config{Addr: srv.Addr().String(), Roots: allRoots, TokenFile: tokenFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+
+	m, err := secretcache.New(secretcache.Config{Signer: countingSigner{s: s, c: client}, ID: testID, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, mcancel := context.WithCancel(context.Background())
+	mdone := make(chan error, 1)
+	go func() { mdone <- m.Run(mctx) }()
+	t.Cleanup(func() {
+		mcancel()
+		if err := <-mdone; err != nil {
+			t.Errorf("Manager.Run: %v", err)
+		}
+	})
+	s.m = m
+	return s
+}
+
+func (s *caStack) roots() []*x509.Certificate { return s.authority.Bundle().Roots }
+
+// rootChange moves the CA to its next root and rotates, so that the Manager
+// learns the new roots.
+func (s *caStack) rootChange(t *testing.T) {
+	t.Helper()
+	s.next++
+	if err := s.authority.SetBundle(s.bundles[s.next]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.m.Rotate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// caServerEnv runs the protocol tests end to end: SDS server, Manager,
+// caclient and the real CA server.
+func caServerEnv(t *testing.T) *env {
+	s := newCAStack(t)
+	dir := t.TempDir()
+	n := 0
+	return &env{
+		name:  "ca-server",
+		src:   s.m,
+		roots: s.roots,
+		rotate: func(t *testing.T) {
+			if err := s.m.Rotate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		},
+		rootChange: s.rootChange,
+		later: func(t *testing.T) (string, func()) {
+			n++
+			path := filepath.Join(dir, "later-"+string(rune('a'+n))+".pem")
+			return secretcache.FileRootPrefix + path, func() {
+				if err := certs.WriteFileAtomic(path, certs.EncodeCertificates(s.roots()...), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		watchers: s.m.Watchers,
+	}
+}

@@ -35,6 +35,9 @@ const (
 // JWKSFile, else JWKSURL, else OIDC discovery at Issuer.
 type JWTConfig struct {
 	// Issuer is the required iss claim, e.g. "https://kubernetes.default.svc".
+	// It may be empty only with a pinned key source (JWKS, JWKSFile or
+	// JWKSURL): the key then proves who minted the token, and any iss is
+	// accepted.
 	Issuer string
 	// Audiences: the token's aud must contain at least one. Default
 	// ["istio-ca"].
@@ -86,8 +89,8 @@ type JWT struct {
 // file is loaded here; keys from a URL are loaded by Run, and until then
 // tokens are answered with Unavailable.
 func NewJWT(cfg JWTConfig) (*JWT, error) {
-	if cfg.Issuer == "" {
-		return nil, errors.New("authn: JWTConfig.Issuer is required")
+	if cfg.Issuer == "" && cfg.JWKS == nil && cfg.JWKSFile == "" && cfg.JWKSURL == "" {
+		return nil, errors.New("authn: JWTConfig needs an Issuer (for OIDC discovery) or a JWKS, JWKS file or JWKS URL")
 	}
 	if len(cfg.Audiences) == 0 {
 		cfg.Audiences = []string{DefaultTokenAudience}
@@ -272,7 +275,7 @@ func (j *JWT) Authenticate(_ context.Context, creds Credentials) (*Caller, error
 	if !known {
 		// Only a token from our issuer may trigger a reload.
 		var c jwt.Claims
-		if tok.UnsafeClaimsWithoutVerification(&c) == nil && c.Issuer == j.issuer {
+		if tok.UnsafeClaimsWithoutVerification(&c) == nil && (j.issuer == "" || c.Issuer == j.issuer) {
 			j.requestRefresh()
 		}
 		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token is signed by an unknown key")

@@ -242,6 +242,25 @@ func TestJWTFromDevIssuerFiles(t *testing.T) {
 	}
 }
 
+func TestJWTPinnedKeysAnyIssuer(t *testing.T) {
+	dir := t.TempDir()
+	iss, err := devissuer.LoadOrCreate(dir, "https://some.cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := authn.NewJWT(authn.JWTConfig{JWKSFile: filepath.Join(dir, devissuer.JWKSFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Authenticate(context.Background(), authn.Credentials{Token: mint(t, iss, "a", "b", []string{"istio-ca"}, time.Hour, time.Now())}); err != nil {
+		t.Fatal(err)
+	}
+	other := newIssuer(t) // another key: still refused
+	tok := mint(t, other, "a", "b", []string{"istio-ca"}, time.Hour, time.Now())
+	_, err = j.Authenticate(context.Background(), authn.Credentials{Token: tok})
+	wantKind(t, err, ca.KindUnauthenticated, tok)
+}
+
 func TestJWTConfig(t *testing.T) {
 	dir := t.TempDir()
 	sym := filepath.Join(dir, "sym.json")
@@ -252,7 +271,7 @@ func TestJWTConfig(t *testing.T) {
 		name string
 		cfg  authn.JWTConfig
 	}{
-		{"no issuer", authn.JWTConfig{JWKS: &jose.JSONWebKeySet{}}},
+		{"no issuer and no keys", authn.JWTConfig{}},
 		{"empty JWKS", authn.JWTConfig{Issuer: testIssuer, JWKS: &jose.JSONWebKeySet{}}},
 		{"symmetric key only", authn.JWTConfig{Issuer: testIssuer, JWKSFile: sym}},
 		{"malformed file", authn.JWTConfig{Issuer: testIssuer, JWKSFile: bad}},

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
+	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube"
 	"github.com/meshid/meshid/ca/kube/internal/kubetest"
@@ -21,6 +22,9 @@ import (
 )
 
 const caNS = "istio-system"
+
+// The Authority is what `meshid server` binds.
+var _ kube.BundleSetter = (*ca.Authority)(nil)
 
 // setter is a BundleSetter that records what it accepted.
 type setter struct {

@@ -9,9 +9,13 @@
 //     self-signed root Secret when none exists, and keeps the
 //     "istio-ca-root-cert" ConfigMap in every namespace.
 //
-// The RBAC the Controller needs: in the CA's namespace, get/list/watch/
-// create/update on secrets and on leases (coordination.k8s.io);
-// cluster-wide, get/list/watch/create/update on configmaps and list/watch on
-// namespaces. (TokenReview authentication, elsewhere, needs create on
-// tokenreviews.)
+// The RBAC the Controller uses, and no more:
+//
+//   - Role in the CA's namespace: secrets get, list, watch, create (list and
+//     watch are limited by a field selector to "cacerts" and "meshid-ca");
+//     leases (coordination.k8s.io) get, create, update.
+//   - ClusterRole: configmaps list, watch, create, update (the informer is
+//     limited to the name "istio-ca-root-cert"); namespaces list, watch.
+//
+// TokenReview authentication (ca/authn) adds create on tokenreviews.
 package kube

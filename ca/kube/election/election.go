@@ -202,15 +202,13 @@ func (e *Elector) newLeaderElector(c *campaign) (*leaderelection.LeaderElector, 
 				}
 				defer close(c.done)
 				e.setLeading(true)
-				defer e.setLeading(false)
 				e.log.Info("started leading")
 				e.cfg.Lead(ctx)
+				e.setLeading(false)
+				e.log.Info("stopped leading")
 			},
-			OnStoppedLeading: func() {
-				if e.IsLeader() {
-					e.log.Info("stopped leading")
-				}
-			},
+			// Required by client-go; Lead's return is what matters here.
+			OnStoppedLeading: func() {},
 			OnNewLeader: func(id string) {
 				if id != e.cfg.Identity {
 					e.log.Info("observed leader", "leader", id)

@@ -33,7 +33,7 @@ var td = spiffeid.RequireTrustDomainFromString("cluster.local")
 // Authority, offline JWT authentication of dev-issuer tokens, and the gRPC
 // server on a loopback port.
 type realCA struct {
-	t         *testing.T
+	t         testing.TB
 	authority *ca.Authority
 	roots     []*x509.Certificate
 	issuer    *devissuer.Issuer
@@ -43,7 +43,7 @@ type realCA struct {
 	stop      func()
 }
 
-func startRealCA(t *testing.T, rateLimit float64) *realCA {
+func startRealCA(t testing.TB, rateLimit float64) *realCA {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	bundle, _, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: td.Name()})

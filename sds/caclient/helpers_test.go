@@ -185,7 +185,7 @@ func (ca *testCA) requests() []request {
 	return append([]request(nil), ca.reqs...)
 }
 
-func writeToken(t *testing.T, path, tok string) {
+func writeToken(t testing.TB, path, tok string) {
 	t.Helper()
 	if err := certs.WriteFileAtomic(path, []byte(tok), 0o600); err != nil {
 		t.Fatal(err)
@@ -195,7 +195,7 @@ func writeToken(t *testing.T, path, tok string) {
 func tokenPath(t *testing.T) string { return filepath.Join(t.TempDir(), "istio-token") }
 
 // newCSR returns a key and a PEM CSR for uri.
-func newCSR(t *testing.T, uri string) (crypto.Signer, []byte) {
+func newCSR(t testing.TB, uri string) (crypto.Signer, []byte) {
 	t.Helper()
 	key, err := certs.GenerateKey(certs.ECP256)
 	if err != nil {

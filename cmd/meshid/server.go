@@ -12,6 +12,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
@@ -38,6 +39,7 @@ type serverFlags struct {
 	servingDNS       []string
 	rateLimit        float64
 	logLevel         string
+	pprof            bool
 	kube             kubeFlags
 }
 
@@ -70,6 +72,8 @@ MAX_WORKLOAD_CERT_TTL, TOKEN_AUDIENCES, ROOT_CA_DIR, TRUST_DOMAIN.`,
 			if err != nil {
 				return err
 			}
+			// client-go (informers, leader election) logs through klog.
+			klog.SetSlogLogger(logger.With("component", "client-go"))
 			reg := prometheus.NewRegistry()
 			stack, err := buildCA(cmd.Context(), f, nil, reg, logger)
 			if err != nil {
@@ -94,6 +98,7 @@ MAX_WORKLOAD_CERT_TTL, TOKEN_AUDIENCES, ROOT_CA_DIR, TRUST_DOMAIN.`,
 	fs.StringSliceVar(&f.servingDNS, "serving-dns-names", nil, "extra DNS SANs of the CA's serving certificate (localhost, istiod.istio-system.svc and 127.0.0.1 are always present)")
 	fs.Float64Var(&f.rateLimit, "rate-limit", 0, "per-caller CreateCertificate requests per second (0 = unlimited); excess gets ResourceExhausted")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
+	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiles at /debug/pprof/ on --monitoring-listen (performance work; keep that listener private)")
 	f.kube.register(fs)
 	return cmd
 }
@@ -193,6 +198,7 @@ func buildCA(ctx context.Context, f *serverFlags, extra []authn.Authenticator, r
 			Listen:   f.monitoringListen,
 			Gatherer: reg,
 			Ready:    s.ready,
+			Handlers: pprofHandlers(f.pprof),
 			Logger:   logger,
 		})
 		if err != nil {

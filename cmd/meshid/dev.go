@@ -30,6 +30,7 @@ type devFlags struct {
 	monitoringListen string
 	agentMonitoring  string
 	logLevel         string
+	pprof            bool
 }
 
 func newDevCmd() *cobra.Command {
@@ -53,6 +54,7 @@ into --state-dir and serves until interrupted.`,
 	fs.StringVar(&f.monitoringListen, "monitoring-listen", "127.0.0.1:15014", "CA /metrics /healthz /readyz (empty disables)")
 	fs.StringVar(&f.agentMonitoring, "agent-monitoring-listen", "127.0.0.1:15020", "agent /metrics /healthz /readyz (empty disables)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
+	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiles at /debug/pprof/ on --monitoring-listen (performance work)")
 	cmd.AddCommand(newDevTokenCmd())
 	return cmd
 }
@@ -84,6 +86,7 @@ func runDev(ctx context.Context, f *devFlags, stdout, stderr io.Writer) error {
 		jwtIssuer:        issuer.Issuer(),
 		jwksFile:         filepath.Join(f.stateDir, "jwks.json"),
 		monitoringListen: f.monitoringListen,
+		pprof:            f.pprof,
 	}
 	caStack, err := buildCA(ctx, sf, nil, prometheus.NewRegistry(), logger.With("component", "ca"))
 	if err != nil {

@@ -171,13 +171,17 @@ func buildAgent(f *agentFlags, reg *prometheus.Registry, logger *slog.Logger) (*
 	if err != nil {
 		return nil, err
 	}
+	jitter := f.jitter
+	if jitter == 0 {
+		jitter = -1 // the flag's 0 means none; secretcache's 0 means its default
+	}
 	cache, err := secretcache.New(secretcache.Config{
 		Signer:     client,
 		ID:         id,
 		KeyType:    keyType,
 		TTL:        f.certTTL,
 		GraceRatio: f.graceRatio,
-		Jitter:     f.jitter,
+		Jitter:     jitter,
 		Logger:     logger,
 		Registerer: reg,
 	})

@@ -3,7 +3,7 @@ package server
 import (
 	"context"
 	"crypto/x509"
-	"encoding/pem"
+	"encoding/base64"
 	"errors"
 	"math"
 	"strings"
@@ -158,9 +158,35 @@ func (p *pemCache) chain(iss *ca.Issued) []string {
 		p.cur.Store(e)
 	}
 	out := make([]string, 0, 2+len(e.chainPEM))
-	out = append(out, string(pem.EncodeToMemory(&pem.Block{Type: certs.BlockCertificate, Bytes: iss.Leaf.Raw})))
+	out = append(out, certificatePEM(iss.Leaf.Raw))
 	out = append(out, e.chainPEM...)
 	return append(out, e.rootsPEM)
+}
+
+// certificatePEM encodes a DER certificate as a PEM string with one
+// allocation; it produces exactly what pem.EncodeToMemory does, which
+// needs a growing buffer and a copy into a string on this per-request path.
+func certificatePEM(der []byte) string {
+	const (
+		begin = "-----BEGIN CERTIFICATE-----\n"
+		end   = "-----END CERTIFICATE-----\n"
+		line  = 48 // input bytes per 64-character line
+	)
+	enc := base64.StdEncoding
+	n := enc.EncodedLen(len(der))
+	var b strings.Builder
+	b.Grow(len(begin) + n + (n+63)/64 + len(end))
+	b.WriteString(begin)
+	var buf [64]byte
+	for len(der) > 0 {
+		chunk := der[:min(line, len(der))]
+		der = der[len(chunk):]
+		enc.Encode(buf[:], chunk)
+		b.Write(buf[:enc.EncodedLen(len(chunk))])
+		b.WriteByte('\n')
+	}
+	b.WriteString(end)
+	return b.String()
 }
 
 // samePointers reports whether a and b hold the very same certificates.

@@ -20,7 +20,7 @@ exec 9>"$bin/.lock"
 if command -v flock >/dev/null; then flock 9; fi
 
 cd tools
-stamp="$( { go version; cat go.mod go.sum; find cmd -type f -name '*.go' | sort | xargs cat; } | sha256sum | cut -d' ' -f1)"
+stamp="$( { go version; cat ../hack/build-binaries.sh go.mod go.sum; find cmd -type f -name '*.go' | sort | xargs cat; } | sha256sum | cut -d' ' -f1)"
 if [[ -x "$bin/kube-apiserver" && -x "$bin/etcd" && -f "$bin/.stamp" && "$(cat "$bin/.stamp")" == "$stamp" ]]; then
 	echo "build-binaries: up to date in $bin"
 	exit 0
@@ -29,7 +29,14 @@ fi
 rm -f "$bin/.stamp"
 start=$(date +%s)
 echo "build-binaries: building etcd and kube-apiserver into $bin (the first build takes ~10 minutes)"
-go build -ldflags='-s -w' -o "$bin/etcd" ./cmd/etcd
-go build -ldflags='-s -w' -o "$bin/kube-apiserver" ./cmd/kube-apiserver
+# The version the API server reports (discovery, /version) is stamped at
+# link time, as the upstream release build does.
+kv="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"   # v1.37.2
+major="${kv#v}"; major="${major%%.*}"
+minor="${kv#v*.}"; minor="${minor%%.*}"
+vpkg=k8s.io/component-base/version
+go build -ldflags="-s -w" -o "$bin/etcd" ./cmd/etcd
+go build -ldflags="-s -w -X $vpkg.gitVersion=$kv -X $vpkg.gitMajor=$major -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean" \
+	-o "$bin/kube-apiserver" ./cmd/kube-apiserver
 echo "$stamp" >"$bin/.stamp"
 echo "build-binaries: done in $(( $(date +%s) - start ))s"

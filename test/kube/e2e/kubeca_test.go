@@ -1,0 +1,421 @@
+package e2e_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/test/kube/harness"
+)
+
+const (
+	caNamespace   = "istio-system"
+	caSecret      = "meshid-ca"
+	pluggedSecret = "cacerts"
+	rootConfigMap = "istio-ca-root-cert"
+)
+
+// eventually polls cond every 100ms until it returns nil, failing the test
+// with cond's last error after timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func(context.Context) error) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		last = cond(ctx)
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: not within %s: %v", what, timeout, last)
+	}
+}
+
+// metric reads one unlabelled sample from a /metrics page.
+func metric(monitor, name string) (float64, error) {
+	resp, err := http.Get("http://" + monitor + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s not exposed", name)
+}
+
+// secretRoots returns the roots of a CA Secret in the cacerts layout.
+func secretRoots(ctx context.Context, name string) ([]*x509.Certificate, error) {
+	s, err := cluster.Client().CoreV1().Secrets(caNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return certs.ParseCertificates(s.Data[keystore.RootCertFile])
+}
+
+// configMapHolds checks that ns's root ConfigMap holds exactly roots.
+func configMapHolds(ctx context.Context, ns string, roots []*x509.Certificate) error {
+	cm, err := cluster.Client().CoreV1().ConfigMaps(ns).Get(ctx, rootConfigMap, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	got, err := certs.ParseCertificates([]byte(cm.Data["root-cert.pem"]))
+	if err != nil {
+		return fmt.Errorf("%s/%s: %w", ns, rootConfigMap, err)
+	}
+	if !sameCerts(got, roots) {
+		return fmt.Errorf("%s/%s holds %d other certificate(s)", ns, rootConfigMap, len(got))
+	}
+	return nil
+}
+
+// everyConfigMapHolds checks configMapHolds in every namespace.
+func everyConfigMapHolds(ctx context.Context, roots []*x509.Certificate) error {
+	nss, err := cluster.Client().CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, ns := range nss.Items {
+		if err := configMapHolds(ctx, ns.Name, roots); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// signsUnder checks that s issues a certificate for w that verifies to
+// roots and, when signer is set, is issued by it.
+func signsUnder(ctx context.Context, s *caServer, token string, id spiffeid.ID, roots []*x509.Certificate, signer *x509.Certificate) error {
+	chain, err := s.sign(ctx, token, id)
+	if err != nil {
+		return err
+	}
+	var svid []*x509.Certificate
+	for _, c := range chain {
+		if !isRoot(c, roots) {
+			svid = append(svid, c)
+		}
+	}
+	if _, _, err := x509svid.Verify(svid, x509bundle.FromX509Authorities(trustDomain, roots)); err != nil {
+		return err
+	}
+	if signer != nil && svid[0].CheckSignatureFrom(signer) != nil {
+		return fmt.Errorf("leaf not signed by %s", signer.Subject)
+	}
+	return nil
+}
+
+func sameCerts(a, b []*x509.Certificate) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].Equal(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// pluggedCA makes an operator's CA in Istio's cacerts layout: a root and an
+// intermediate that signs.
+func pluggedCA(t *testing.T) (files map[string][]byte, root, inter *x509.Certificate) {
+	t.Helper()
+	rootKey, err := certs.GenerateKey(certs.ECP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	root, err = certs.NewRootCA(certs.CASpec{Subject: pkix.Name{Organization: []string{"cluster.local"}, CommonName: "operator root"}, Key: rootKey, NotBefore: now.Add(-time.Hour), TTL: 24 * time.Hour, MaxPathLen: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	interKey, err := certs.GenerateKey(certs.ECP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inter, err = certs.NewIntermediateCA(certs.CASpec{Subject: pkix.Name{Organization: []string{"cluster.local"}, CommonName: "operator intermediate"}, Key: interKey, NotBefore: now.Add(-time.Hour), TTL: 12 * time.Hour, MaxPathLen: 0}, root, rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := certs.EncodePrivateKey(interKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]byte{
+		keystore.CACertFile:    certs.EncodeCertificates(inter),
+		keystore.CAKeyFile:     keyPEM,
+		keystore.CertChainFile: certs.EncodeCertificates(inter, root),
+		keystore.RootCertFile:  certs.EncodeCertificates(root),
+	}, root, inter
+}
+
+// deployRBAC applies deploy/'s namespace, ServiceAccount and RBAC for real,
+// and returns a kubeconfig that authenticates as that ServiceAccount.
+func deployRBAC(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	a := newApplier(t, cluster.AdminConfig())
+	var n int
+	for _, m := range loadManifests(t) {
+		switch m.obj.GetKind() {
+		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			if m.obj.GetKind() != "Namespace" && m.obj.GetNamespace() != caNamespace && m.obj.GetNamespace() != "" {
+				continue // the agent example's own objects
+			}
+			if err := a.apply(ctx, m.obj, false); err != nil {
+				t.Fatalf("%s: %v", m, err)
+			}
+			n++
+		}
+	}
+	if n < 5 {
+		t.Fatalf("deploy/ holds only %d namespace/RBAC objects for the CA", n)
+	}
+	tok, err := cluster.Token(ctx, harness.TokenSpec{Namespace: caNamespace, ServiceAccount: "meshid", Expiration: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := cluster.TokenKubeconfig("meshid-ca-sa", tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// resetCAState deletes what an earlier CA left in its namespace.
+func resetCAState(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	c := cluster.Client()
+	for _, name := range []string{caSecret, pluggedSecret} {
+		if err := c.CoreV1().Secrets(caNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+	if err := c.CoordinationV1().Leases(caNamespace).Delete(ctx, "meshid-ca", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}
+
+func startKubeCA(t *testing.T, kubeconfig, pod string) *caServer {
+	t.Helper()
+	return startCA(t, kubeconfig, "--kube-ca-secret", "--namespace", caNamespace, "--pod-name", pod)
+}
+
+func leaseHolder(ctx context.Context) (string, error) {
+	l, err := cluster.Client().CoordinationV1().Leases(caNamespace).Get(ctx, "meshid-ca", metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return "", fmt.Errorf("lease has no holder")
+	}
+	return *l.Spec.HolderIdentity, nil
+}
+
+// TestKubeCA runs two `meshid server --kube-ca-secret` replicas as the
+// meshid ServiceAccount, with exactly the RBAC of deploy/, and checks the
+// Kubernetes-native features step by step: leader election, the root Secret
+// created by the leader only, active-active signing, the root ConfigMap in
+// every namespace (new ones too) with repair, hot Secret rotation, cacerts
+// precedence, leader failover, and that the RBAC is no wider than needed.
+func TestKubeCA(t *testing.T) {
+	ctx := context.Background()
+	kubeconfig := deployRBAC(t)
+	resetCAState(t)
+	t.Cleanup(func() { resetCAState(t) })
+
+	replicas := map[string]*caServer{
+		"ca-0": startKubeCA(t, kubeconfig, "ca-0"),
+		"ca-1": startKubeCA(t, kubeconfig, "ca-1"),
+	}
+	w := newWorkload(t, "kube-ca-workload")
+	token := w.token(t, "istio-ca")
+	id := workloadID(w.ns, w.sa)
+	const wait = 30 * time.Second
+
+	var leader, follower string
+	t.Run("one replica leads", func(t *testing.T) {
+		eventually(t, wait, "lease holder and meshid_ca_leader agree", func(ctx context.Context) error {
+			h, err := leaseHolder(ctx)
+			if err != nil {
+				return err
+			}
+			if replicas[h] == nil {
+				return fmt.Errorf("lease held by unknown %q", h)
+			}
+			for name, r := range replicas {
+				v, err := metric(r.monitor, "meshid_ca_leader")
+				if err != nil {
+					return err
+				}
+				if want := map[bool]float64{true: 1, false: 0}[name == h]; v != want {
+					return fmt.Errorf("%s: meshid_ca_leader = %v, want %v", name, v, want)
+				}
+			}
+			leader = h
+			return nil
+		})
+		follower = map[string]string{"ca-0": "ca-1", "ca-1": "ca-0"}[leader]
+	})
+	if leader == "" {
+		t.FailNow()
+	}
+
+	var root0 []*x509.Certificate
+	t.Run("the leader alone created the root Secret", func(t *testing.T) {
+		s, err := cluster.Client().CoreV1().Secrets(caNamespace).Get(ctx, caSecret, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Type != "istio.io/ca-root" {
+			t.Errorf("Secret type %q, want istio.io/ca-root", s.Type)
+		}
+		if root0, err = secretRoots(ctx, caSecret); err != nil || len(root0) != 1 {
+			t.Fatalf("roots in %s: %d, %v", caSecret, len(root0), err)
+		}
+		for name, want := range map[string]float64{leader: 1, follower: 0} {
+			if v, err := metric(replicas[name].monitor, "meshid_ca_secret_creations_total"); err != nil || v != want {
+				t.Errorf("%s: meshid_ca_secret_creations_total = %v (%v), want %v", name, v, err, want)
+			}
+		}
+	})
+	if root0 == nil {
+		t.FailNow()
+	}
+	for _, r := range replicas {
+		r.connect(t, root0)
+	}
+
+	t.Run("every replica signs with the Secret's CA", func(t *testing.T) {
+		for name, r := range replicas {
+			if err := signsUnder(ctx, r, token, id, root0, root0[0]); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+	})
+
+	t.Run("root ConfigMap in every namespace", func(t *testing.T) {
+		eventually(t, wait, "every namespace has the root", func(ctx context.Context) error { return everyConfigMapHolds(ctx, root0) })
+	})
+	t.Run("root ConfigMap in a new namespace", func(t *testing.T) {
+		if err := cluster.EnsureNamespace(ctx, "kube-ca-created-later"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, wait, "the new namespace has the root", func(ctx context.Context) error { return configMapHolds(ctx, "kube-ca-created-later", root0) })
+	})
+	t.Run("edited ConfigMap is repaired", func(t *testing.T) {
+		cms := cluster.Client().CoreV1().ConfigMaps(w.ns)
+		cm, err := cms.Get(ctx, rootConfigMap, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm.Data["root-cert.pem"] = "tampered"
+		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, wait, "the edit is undone", func(ctx context.Context) error { return configMapHolds(ctx, w.ns, root0) })
+	})
+	t.Run("deleted ConfigMap is recreated", func(t *testing.T) {
+		if err := cluster.Client().CoreV1().ConfigMaps(w.ns).Delete(ctx, rootConfigMap, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, wait, "the ConfigMap is back", func(ctx context.Context) error { return configMapHolds(ctx, w.ns, root0) })
+	})
+
+	// An operator rotates the self-signed root by rewriting the Secret: no
+	// restart, every replica and every namespace follows.
+	rotated, files, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: trustDomain.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("a rewritten root Secret is picked up", func(t *testing.T) {
+		secrets := cluster.Client().CoreV1().Secrets(caNamespace)
+		s, err := secrets.Get(ctx, caSecret, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Data = files
+		if _, err := secrets.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for name, r := range replicas {
+			r.connect(t, append(root0, rotated.Roots...)) // the serving cert may still chain to the old root
+			eventually(t, wait, name+" signs under the new root", func(ctx context.Context) error {
+				return signsUnder(ctx, r, token, id, rotated.Roots, rotated.Cert)
+			})
+		}
+		eventually(t, wait, "every namespace has the new root", func(ctx context.Context) error { return everyConfigMapHolds(ctx, rotated.Roots) })
+	})
+
+	plugged, pRoot, pInter := pluggedCA(t)
+	t.Run("cacerts takes precedence", func(t *testing.T) {
+		_, err := cluster.Client().CoreV1().Secrets(caNamespace).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: pluggedSecret, Namespace: caNamespace},
+			Data:       plugged,
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := []*x509.Certificate{pRoot}
+		for name, r := range replicas {
+			r.connect(t, append(append(root0, rotated.Roots...), pRoot))
+			eventually(t, wait, name+" signs with the plugged intermediate", func(ctx context.Context) error {
+				return signsUnder(ctx, r, token, id, roots, pInter)
+			})
+		}
+		eventually(t, wait, "every namespace has the plugged root", func(ctx context.Context) error { return everyConfigMapHolds(ctx, roots) })
+	})
+	t.Run("deleting cacerts falls back to the root Secret", func(t *testing.T) {
+		if err := cluster.Client().CoreV1().Secrets(caNamespace).Delete(ctx, pluggedSecret, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for name, r := range replicas {
+			eventually(t, wait, name+" signs under the root Secret again", func(ctx context.Context) error {
+				return signsUnder(ctx, r, token, id, rotated.Roots, rotated.Cert)
+			})
+		}
+		eventually(t, wait, "every namespace has the root again", func(ctx context.Context) error { return everyConfigMapHolds(ctx, rotated.Roots) })
+	})
+
+	t.Run("the follower takes over when the leader stops", func(t *testing.T) {
+		if err := replicas[leader].proc.Stop(20 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, wait, "the follower holds the lease", func(ctx context.Context) error {
+			h, err := leaseHolder(ctx)
+			if err == nil && h != follower {
+				err = fmt.Errorf("lease held by %s", h)
+			}
+			return err
+		})
+		// Leader-only work moved: the new leader repairs a deletion.
+		if err := cluster.Client().CoreV1().ConfigMaps(w.ns).Delete(ctx, rootConfigMap, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, wait, "the new leader recreates the ConfigMap", func(ctx context.Context) error { return configMapHolds(ctx, w.ns, rotated.Roots) })
+		if err := signsUnder(ctx, replicas[follower], token, id, rotated.Roots, rotated.Cert); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

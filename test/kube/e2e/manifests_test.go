@@ -1,0 +1,85 @@
+package e2e_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/meshid/meshid/test/kube/harness"
+)
+
+// manifest is one object of a YAML file under deploy/.
+type manifest struct {
+	file string // relative to deploy/
+	obj  *unstructured.Unstructured
+}
+
+func (m manifest) String() string {
+	s := m.file + ":" + m.obj.GetKind() + "/"
+	if ns := m.obj.GetNamespace(); ns != "" {
+		s += ns + "/"
+	}
+	return s + m.obj.GetName()
+}
+
+// loadManifests decodes every object of every *.yaml under deploy/.
+func loadManifests(t *testing.T) []manifest {
+	t.Helper()
+	repo, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(repo, "deploy")
+	var out []manifest
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || (!strings.HasSuffix(path, ".yaml") && !strings.HasSuffix(path, ".yml")) {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			obj := map[string]any{}
+			if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				return err
+			}
+			if len(obj) == 0 {
+				continue
+			}
+			out = append(out, manifest{file: rel, obj: &unstructured.Unstructured{Object: obj}})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) == 0 {
+		t.Fatalf("no manifests under %s", root)
+	}
+	return out
+}
+
+// find returns the one manifest of kind with name in namespace ns.
+func find(t *testing.T, ms []manifest, kind, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, m := range ms {
+		if m.obj.GetKind() == kind && m.obj.GetNamespace() == ns && m.obj.GetName() == name {
+			return m.obj
+		}
+	}
+	t.Fatalf("deploy/ has no %s %s/%s", kind, ns, name)
+	return nil
+}

@@ -1,0 +1,91 @@
+package harness
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+)
+
+// ModuleRoot is the directory of the test/kube module.
+func ModuleRoot() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if ok {
+		root := filepath.Dir(filepath.Dir(file))
+		if _, err := os.Stat(filepath.Join(root, "hack", "build-binaries.sh")); err == nil {
+			return root, nil
+		}
+	}
+	// Built with -trimpath: walk up from the working directory.
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("harness: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "hack", "build-binaries.sh")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("harness: cannot find the test/kube module root")
+		}
+		dir = parent
+	}
+}
+
+// RepoRoot is the meshid repository root (two levels above test/kube).
+func RepoRoot() (string, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(filepath.Dir(root)), nil
+}
+
+// BinDir is where hack/build-binaries.sh puts etcd and kube-apiserver.
+func BinDir() (string, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, ".cache", "bin"), nil
+}
+
+// EnsureBinaries runs hack/build-binaries.sh, which returns at once when
+// the binaries are up to date and otherwise builds them (slow only the
+// first time). Concurrent callers are serialised by the script's lock.
+func EnsureBinaries() (string, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	bin, err := BinDir()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("bash", filepath.Join(root, "hack", "build-binaries.sh"))
+	cmd.Env = append(os.Environ(), "KUBE_BIN_DIR="+bin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("harness: build-binaries.sh: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// BuildMeshid builds the meshid command from the repository root (the
+// main module, with its own go.mod and versions, exactly as a user builds
+// it) into dir and returns the binary's path.
+func BuildMeshid(dir string) (string, error) {
+	repo, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "meshid")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/meshid")
+	cmd.Dir = repo
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("harness: go build ./cmd/meshid: %w\n%s", err, b)
+	}
+	return out, nil
+}

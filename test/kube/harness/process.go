@@ -1,0 +1,151 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Process is one child binary whose output goes to a log file.
+type Process struct {
+	name    string
+	path    string
+	args    []string
+	logPath string
+	env     []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the running process has exited
+	err  error         // its exit status, valid after done
+}
+
+// StartProcess starts binary path with args; its output is appended to
+// logPath. Stop it with Stop (tests: in t.Cleanup).
+func StartProcess(name, path, logPath string, env []string, args ...string) (*Process, error) {
+	p := &Process{name: name, path: path, args: args, logPath: logPath, env: env}
+	if err := p.start(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// start launches the process. The child gets SIGKILL if the test binary
+// dies (Pdeathsig), so a crashed or timed-out test leaks no API server.
+func (p *Process) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		select {
+		case <-p.done: // exited on its own; may be started again
+		default:
+			return fmt.Errorf("harness: %s already running", p.name)
+		}
+	}
+	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("harness: %s log: %w", p.name, err)
+	}
+	cmd := exec.Command(p.path, p.args...)
+	if p.env != nil {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	// Pdeathsig fires when the forking OS thread exits; keep this goroutine
+	// on its thread while forking (the runtime does not retire it after).
+	runtime.LockOSThread()
+	err = cmd.Start()
+	runtime.UnlockOSThread()
+	if err != nil {
+		logFile.Close()
+		return fmt.Errorf("harness: start %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done = cmd, done
+	go func() {
+		werr := cmd.Wait()
+		logFile.Close()
+		p.mu.Lock()
+		p.err = werr
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// Exited returns a channel closed when the current process exits, or nil
+// if none was started (or it was stopped).
+func (p *Process) Exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
+// Stop sends SIGTERM, then SIGKILL after grace, and waits for the exit. A
+// non-zero exit status is not an error (SIGTERM may cause one); a failure to
+// wait is.
+func (p *Process) Stop(grace time.Duration) error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cmd, p.done = nil, nil
+	var exitErr *exec.ExitError
+	if p.err != nil && !errors.As(p.err, &exitErr) {
+		return fmt.Errorf("harness: %s: %w", p.name, p.err)
+	}
+	return nil
+}
+
+// Running reports whether the process was started and has not exited.
+func (p *Process) Running() bool {
+	done := p.Exited()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Tail returns the last n bytes of the process log, for failure messages.
+func (p *Process) Tail(n int64) string {
+	f, err := os.Open(p.logPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(st.Size()-n, 0)
+	buf := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		return ""
+	}
+	return string(buf)
+}

@@ -2,6 +2,7 @@ package authn
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/cache"
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/internal/clock"
@@ -58,7 +60,15 @@ type JWTConfig struct {
 	// an unknown key id. Default 10s.
 	MinRefreshInterval time.Duration
 	// Leeway is the clock-skew allowance for exp/nbf/iat. Default 30s.
-	Leeway     time.Duration
+	Leeway time.Duration
+	// CacheSize bounds the number of verified tokens remembered, so that
+	// the signature of a token seen again is not checked again. Default
+	// 10000; negative disables the cache.
+	CacheSize int
+	// CacheTTL is the longest a verified token is remembered (never past
+	// its exp, and never across a change of the key set). Default 1m, as
+	// for TokenReview.
+	CacheTTL   time.Duration
 	Clock      clock.Clock
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
@@ -82,7 +92,19 @@ type JWT struct {
 	lastRefresh atomic.Int64                       // unix nanos of the last reload attempt
 	kick        chan struct{}
 
+	cache    *cache.LRUExpireCache // [32]byte SHA-256 of the token -> *verifiedToken; nil when disabled
+	cacheTTL time.Duration
+
 	refreshes *prometheus.CounterVec
+	cacheHits prometheus.Counter
+}
+
+// verifiedToken is a token whose signature and claims were checked with
+// the key set keys. It is reused only while keys is still the key set in
+// use, so a reload that drops a key also drops the tokens it verified.
+type verifiedToken struct {
+	keys   *jose.JSONWebKeySet
+	caller Caller
 }
 
 // NewJWT validates cfg and returns a JWT authenticator. A JWKS or JWKS
@@ -113,6 +135,12 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: defaultJWKSRequestTimeout}
 	}
+	if cfg.CacheSize == 0 {
+		cfg.CacheSize = DefaultCacheSize
+	}
+	if cfg.CacheTTL <= 0 {
+		cfg.CacheTTL = DefaultCacheTTL
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -126,10 +154,18 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 		clock:       clock.OrReal(cfg.Clock),
 		log:         cfg.Logger,
 		kick:        make(chan struct{}, 1),
+		cacheTTL:    cfg.CacheTTL,
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshid_ca_jwks_refreshes_total",
 			Help: "Reloads of the JWT authenticator's key set, by result (ok, error).",
 		}, []string{"result"}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshid_ca_jwt_cache_hits_total",
+			Help: "JWT authentications answered from the cache of verified tokens.",
+		}),
+	}
+	if cfg.CacheSize > 0 {
+		j.cache = cache.NewLRUExpireCacheWithClock(cfg.CacheSize, j.clock)
 	}
 	switch {
 	case cfg.JWKS != nil:
@@ -158,8 +194,10 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 		j.discover = true
 	}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(j.refreshes); err != nil {
-			return nil, fmt.Errorf("authn: register JWT metrics: %w", err)
+		for _, c := range []prometheus.Collector{j.refreshes, j.cacheHits} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("authn: register JWT metrics: %w", err)
+			}
 		}
 	}
 	return j, nil
@@ -242,15 +280,46 @@ func (j *JWT) requestRefresh() {
 
 // Authenticate verifies creds.Token. It returns ErrNoCredentials when there
 // is no token, and an Unauthenticated error naming what is wrong otherwise.
+//
+// A token verified before, with the key set still in use, is answered from
+// the cache without checking its signature again: on a CA that signs a
+// certificate per request, the token's signature check would otherwise cost
+// as much as the CSR's. Only successes are cached, keyed by the token's
+// SHA-256, until the earlier of the token's exp and CacheTTL.
 func (j *JWT) Authenticate(_ context.Context, creds Credentials) (*Caller, error) {
 	if creds.Token == "" {
 		return nil, ErrNoCredentials
 	}
-	tok, err := jwt.ParseSigned(creds.Token, signatureAlgorithms)
+	var key [32]byte
+	if j.cache != nil {
+		key = sha256.Sum256([]byte(creds.Token))
+		if v, ok := j.cache.Get(key); ok {
+			if vt := v.(*verifiedToken); vt.keys == j.keys.Load() {
+				j.cacheHits.Inc()
+				c := vt.caller // callers may not share one mutable value
+				return &c, nil
+			}
+		}
+	}
+	keys := j.keys.Load()
+	caller, err := j.verify(creds.Token, keys)
+	if err != nil {
+		return nil, err
+	}
+	if j.cache != nil {
+		if ttl := min(j.cacheTTL, caller.Expiry.Sub(j.clock.Now())); ttl > 0 {
+			j.cache.Add(key, &verifiedToken{keys: keys, caller: *caller}, ttl)
+		}
+	}
+	return caller, nil
+}
+
+// verify checks token's signature against keys and its claims.
+func (j *JWT) verify(token string, keys *jose.JSONWebKeySet) (*Caller, error) {
+	tok, err := jwt.ParseSigned(token, signatureAlgorithms)
 	if err != nil || len(tok.Headers) != 1 {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token is not a JWT signed with a supported algorithm")
 	}
-	keys := j.keys.Load()
 	if keys == nil {
 		return nil, ca.Errorf(ca.KindUnavailable, "jwt: the issuer's signing keys are not loaded yet")
 	}

@@ -29,7 +29,8 @@ type caStack struct {
 	bundles   []*keystore.Bundle // bundles[0] is in use first; rootChange moves on
 	next      int
 	reg       *prometheus.Registry // the CA's metrics
-	csrs      atomic.Int64         // Sign calls made by the Manager
+	csrs      atomic.Int64         // Sign calls made by the Managers
+	client    *caclient.Client
 	m         *secretcache.Manager
 }
 
@@ -110,21 +111,30 @@ func newCAStack(t testing.TB) *caStack {
 	}
 	t.Cleanup(func() { client.Close() })
 
-	m, err := secretcache.New(secretcache.Config{Signer: countingSigner{s: s, c: client}, ID: testID, TTL: time.Hour})
+	s.client = client
+	m, stop := s.newManager(t)
+	t.Cleanup(stop)
+	s.m = m
+	return s
+}
+
+// newManager runs another Manager signing through the stack's CA client,
+// until stop is called.
+func (s *caStack) newManager(t testing.TB) (*secretcache.Manager, func()) {
+	t.Helper()
+	m, err := secretcache.New(secretcache.Config{Signer: countingSigner{s: s, c: s.client}, ID: testID, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mctx, mcancel := context.WithCancel(context.Background())
-	mdone := make(chan error, 1)
-	go func() { mdone <- m.Run(mctx) }()
-	t.Cleanup(func() {
-		mcancel()
-		if err := <-mdone; err != nil {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	return m, func() {
+		cancel()
+		if err := <-done; err != nil {
 			t.Errorf("Manager.Run: %v", err)
 		}
-	})
-	s.m = m
-	return s
+	}
 }
 
 func (s *caStack) roots() []*x509.Certificate { return s.authority.Bundle().Roots }

@@ -40,7 +40,7 @@ func listenUnix(path string, mode os.FileMode) (*net.UnixListener, os.FileInfo, 
 		return nil, nil, err
 	}
 
-	tmp := filepath.Join(dir, ".sds-"+strconv.Itoa(os.Getpid())+".tmp")
+	tmp := filepath.Join(dir, "."+filepath.Base(path)+"."+strconv.Itoa(os.Getpid()))
 	if len(tmp) > maxSocketPath {
 		// The temporary name does not fit: bind in place. The directory
 		// protects the socket until the chmod when we created it.

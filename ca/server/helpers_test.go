@@ -109,6 +109,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 		t.Fatal(err)
 	}
 	e.addr = e.srv.Addr().String()
+	if e.srv.Ready() == nil {
+		t.Fatal("Ready before Run")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.srv.Run(ctx) }()
@@ -118,6 +121,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 			t.Errorf("Run: %v", err)
 		}
 	})
+	// Wait until Run serves: a first call succeeds only then (the
+	// listener is bound already, so this does not race with Listen).
+	e.waitReady(t)
 	return e
 }
 
@@ -229,4 +235,19 @@ func counterValue(t testing.TB, reg *prometheus.Registry, name, label, value str
 	}
 	t.Fatalf("metric %s{%s=%q} not found", name, label, value)
 	return 0
+}
+
+// waitReady blocks until the server reports ready. Ready turns true right
+// after Run starts serving; the TLS handshake of a first connection is
+// answered only by a serving server, so it is the condition waited on.
+func (e *env) waitReady(t testing.TB) {
+	t.Helper()
+	conn, err := tls.Dial("tcp", e.addr, &tls.Config{RootCAs: e.pool(), ServerName: "localhost", NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatalf("handshake with the CA: %v", err)
+	}
+	conn.Close()
+	if err := e.srv.Ready(); err != nil {
+		t.Fatalf("serving but not ready: %v", err)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,8 +76,9 @@ type Server struct {
 	pem       pemCache
 	grpc      *grpc.Server
 
-	mu sync.Mutex
-	ln net.Listener
+	mu           sync.Mutex
+	ln           net.Listener
+	serveStarted atomic.Bool
 }
 
 // New validates cfg and builds the server. It neither listens nor issues
@@ -178,6 +180,16 @@ func (s *Server) Addr() net.Addr {
 	return s.ln.Addr()
 }
 
+// Ready reports whether the server is serving: nil once Run has bound the
+// address and holds a valid serving certificate, else the reason. It suits
+// monitor.Config.Ready.
+func (s *Server) Ready() error {
+	if !s.serving.ready(s.clock.Now()) || !s.serveStarted.Load() {
+		return errors.New("server: not serving yet")
+	}
+	return nil
+}
+
 // Run serves until ctx ends, then lets requests in flight finish for a
 // few seconds. It returns nil after a clean stop.
 func (s *Server) Run(ctx context.Context) error {
@@ -194,6 +206,8 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	errc := make(chan error, 1)
+	s.serveStarted.Store(true)
+	defer s.serveStarted.Store(false)
 	go func() { errc <- s.grpc.Serve(ln) }()
 	var prune clock.Timer
 	var pruneC <-chan time.Time

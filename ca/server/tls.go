@@ -84,6 +84,12 @@ func (s *servingCerts) get() (*tls.Certificate, error) {
 	return next.tls, nil
 }
 
+// ready reports whether a serving certificate valid at now is held.
+func (s *servingCerts) ready(now time.Time) bool {
+	c := s.cur.Load()
+	return c != nil && now.Before(c.tls.Leaf.NotAfter)
+}
+
 func (s *servingCerts) fresh(c *servingCert, now time.Time) bool {
 	return now.Before(c.renewAt) && c.issuer == s.authority.Bundle().Cert
 }

@@ -20,6 +20,7 @@ import (
 // `meshid dev token` comes back as a chain that verifies to root-cert.pem
 // with the right SPIFFE ID; and the error codes hold through the binary.
 func TestDevCAIssuesToIstioClient(t *testing.T) {
+	t.Parallel()
 	d := startDev(t)
 	_, port, err := net.SplitHostPort(d.caAddr)
 	if err != nil {

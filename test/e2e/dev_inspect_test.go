@@ -70,6 +70,7 @@ var expiresIn = regexp.MustCompile(`^(\d+d)?(\d+h)?(\d+m)?$`)
 // expiry; on an expired or foreign certificate it says why and exits
 // non-zero.
 func TestDevInspect(t *testing.T) {
+	t.Parallel()
 	d := startDev(t)
 	const wantID = "spiffe://cluster.local/ns/default/sa/default"
 

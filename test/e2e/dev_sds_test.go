@@ -17,6 +17,7 @@ import (
 // is spiffe://cluster.local/ns/default/sa/default. Over the
 // state-of-the-world stream, the incremental stream and the unary fetch.
 func TestDevAgentServesSDS(t *testing.T) {
+	t.Parallel()
 	d := startDev(t)
 	c := sdsClient(t, d.sock)
 	want := mustID(t, "default", "default")

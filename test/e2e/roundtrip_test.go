@@ -20,6 +20,7 @@ var serverServing = regexp.MustCompile(`msg="meshid CA serving".* grpc=(\S+)`)
 // the Istio client → `meshid inspect` verifies the whole chain; and
 // `meshid agent` against that server serves it over SDS.
 func TestCertsRoundTrip(t *testing.T) {
+	t.Parallel()
 	work := shortDir(t)
 	rootDir := filepath.Join(work, "root")
 	westDir := filepath.Join(work, "west")

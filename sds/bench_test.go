@@ -31,7 +31,7 @@ func BenchmarkStreamFirstDefault(b *testing.B) {
 		lat := make([]time.Duration, 0, b.N)
 		for range b.N {
 			b.StopTimer()
-			m, stopManager := cas.newManager(b)
+			m, stopManager := cas.newManager(b, nil)
 			h := startUntilStopped(b, m)
 			b.StartTimer()
 			lat = append(lat, firstDefault(b, h.client))

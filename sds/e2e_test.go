@@ -16,6 +16,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/sds/caclient"
 	"github.com/meshid/meshid/sds/secretcache"
@@ -112,7 +113,7 @@ func newCAStack(t testing.TB) *caStack {
 	t.Cleanup(func() { client.Close() })
 
 	s.client = client
-	m, stop := s.newManager(t)
+	m, stop := s.newManager(t, nil)
 	t.Cleanup(stop)
 	s.m = m
 	return s
@@ -120,9 +121,9 @@ func newCAStack(t testing.TB) *caStack {
 
 // newManager runs another Manager signing through the stack's CA client,
 // until stop is called.
-func (s *caStack) newManager(t testing.TB) (*secretcache.Manager, func()) {
+func (s *caStack) newManager(t testing.TB, clk clock.Clock) (*secretcache.Manager, func()) {
 	t.Helper()
-	m, err := secretcache.New(secretcache.Config{Signer: countingSigner{s: s, c: s.client}, ID: testID, TTL: time.Hour})
+	m, err := secretcache.New(secretcache.Config{Signer: countingSigner{s: s, c: s.client}, ID: testID, TTL: time.Hour, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,4 +180,47 @@ func caServerEnv(t *testing.T) *env {
 		},
 		watchers: s.m.Watchers,
 	}
+}
+
+// With a fake clock driving the agent, the Manager renews at the grace
+// point and the new certificate reaches the stream before the old one
+// expires. End to end through the CA server.
+func TestRotationPushArrivesBeforeExpiry(t *testing.T) {
+	cas := newCAStack(t)
+	clk := clock.NewFake(time.Now())
+	m, stop := cas.newManager(t, clk)
+	t.Cleanup(stop)
+	h := start(t, m, withClock(clk))
+
+	c := newSotw(t, h.client, nil)
+	c.request(dflt, root)
+	got := c.recvNamed(dflt, root)
+	chain, key := tlsCert(t, got[dflt])
+	verifySVID(t, chain, key, trustedCA(t, got[root]))
+	old := chain[0]
+	c.ack()
+
+	// The scheduler parks on its renewal timer.
+	stopWait := make(chan struct{})
+	timer := time.AfterFunc(guard, func() { close(stopWait) })
+	defer timer.Stop()
+	if !clk.WaitForWaiters(1, stopWait) {
+		t.Fatal("the Manager did not schedule a renewal")
+	}
+	renew, _ := clk.NextDeadline()
+	life := old.NotAfter.Sub(old.NotBefore)
+	lo, hi := old.NotBefore.Add(life*49/100), old.NotBefore.Add(life*51/100)
+	if renew.Before(lo) || renew.After(hi) {
+		t.Fatalf("renewal at %v, want within [%v, %v] (grace 0.5 ± 1%%)", renew, lo, hi)
+	}
+	clk.Set(renew)
+	s := c.recvSecret()
+	next, nkey := tlsCert(t, s)
+	if s.GetName() != dflt || serial(next[0]) == serial(old) {
+		t.Fatalf("got %q, want a new default", s.GetName())
+	}
+	if !clk.Now().Before(old.NotAfter) {
+		t.Fatal("the new certificate arrived after the old one expired")
+	}
+	verifySVID(t, next, nkey, cas.roots())
 }

@@ -118,6 +118,7 @@ type caStack struct {
 	grpc      *server.Server
 	monitor   *monitor.Server
 	kube      *kubeStack
+	jwt       *authn.JWT // nil without offline JWT; Run refreshes its keys
 	logger    *slog.Logger
 }
 
@@ -171,7 +172,7 @@ func buildCA(ctx context.Context, f *serverFlags, extra []authn.Authenticator, r
 		return nil, err
 	}
 
-	auths, err := authenticators(f, kc, authority, reg, logger)
+	auths, jwt, err := authenticators(f, kc, authority, reg, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +190,7 @@ func buildCA(ctx context.Context, f *serverFlags, extra []authn.Authenticator, r
 	if err != nil {
 		return nil, err
 	}
-	s := &caStack{authority: authority, grpc: grpcSrv, kube: ks, logger: logger}
+	s := &caStack{authority: authority, grpc: grpcSrv, kube: ks, jwt: jwt, logger: logger}
 	if ks != nil {
 		ks.attach(authority)
 	}
@@ -210,15 +211,20 @@ func buildCA(ctx context.Context, f *serverFlags, extra []authn.Authenticator, r
 
 func (s *caStack) ready() error {
 	if s.kube != nil {
-		return s.kube.ready()
+		if err := s.kube.ready(); err != nil {
+			return err
+		}
 	}
-	return nil
+	return s.grpc.Ready()
 }
 
 // authenticators returns the configured authenticators in the order they are
 // tried: TokenReview, offline JWT, then a client certificate this CA issued.
-func authenticators(f *serverFlags, kc kubernetes.Interface, authority *ca.Authority, reg prometheus.Registerer, logger *slog.Logger) ([]authn.Authenticator, error) {
-	var out []authn.Authenticator
+func authenticators(f *serverFlags, kc kubernetes.Interface, authority *ca.Authority, reg prometheus.Registerer, logger *slog.Logger) ([]authn.Authenticator, *authn.JWT, error) {
+	var (
+		out []authn.Authenticator
+		jwt *authn.JWT
+	)
 	if kc != nil {
 		tr, err := authn.NewTokenReview(authn.TokenReviewConfig{
 			Client:     kc,
@@ -227,34 +233,41 @@ func authenticators(f *serverFlags, kc kubernetes.Interface, authority *ca.Autho
 			Registerer: reg,
 		})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, tr)
 	}
 	if f.jwksFile != "" || f.jwtIssuer != "" {
 		j, err := authn.NewJWT(authn.JWTConfig{
-			Issuer:    f.jwtIssuer,
-			Audiences: f.tokenAudiences,
-			JWKSFile:  f.jwksFile,
-			Logger:    logger,
+			Issuer:     f.jwtIssuer,
+			Audiences:  f.tokenAudiences,
+			JWKSFile:   f.jwksFile,
+			Logger:     logger,
+			Registerer: reg,
 		})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out = append(out, j)
+		out, jwt = append(out, j), j
 	}
 	cc, err := authn.NewClientCert(authn.ClientCertConfig{
 		TrustDomain: authority.TrustDomain(),
 		Roots:       func() []*x509.Certificate { return authority.Bundle().Roots },
+		// With a plugged intermediate CA, a client presenting only its leaf
+		// still chains to the roots through the signing CA.
+		Intermediates: func() []*x509.Certificate {
+			b := authority.Bundle()
+			return append([]*x509.Certificate{b.Cert}, b.Intermediates...)
+		},
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out = append(out, cc)
 	if kc == nil && f.jwksFile == "" && f.jwtIssuer == "" {
 		logger.Warn("no token authenticator configured (--kubeconfig, --jwks-file or --jwt-issuer); only client-certificate renewals will be accepted")
 	}
-	return out, nil
+	return out, jwt, nil
 }
 
 // run serves until ctx ends or a component fails.
@@ -274,6 +287,9 @@ func (s *caStack) run(ctx context.Context) error {
 	}
 	if s.kube != nil {
 		g.Go(func() error { return s.kube.run(ctx) })
+	}
+	if s.jwt != nil {
+		g.Go(func() error { return s.jwt.Run(ctx) })
 	}
 	s.logger.Info("meshid CA serving", attrs...)
 	return g.Wait()

@@ -32,7 +32,7 @@ func BenchmarkStreamFirstDefault(b *testing.B) {
 		for range b.N {
 			b.StopTimer()
 			m, stopManager := cas.newManager(b, nil)
-			h := startUntilStopped(b, m)
+			h := startUntilStopped(b, m, quiet)
 			b.StartTimer()
 			lat = append(lat, firstDefault(b, h.client))
 			b.StopTimer()
@@ -49,7 +49,7 @@ func benchFirstDefault(b *testing.B, shared bool) {
 	if _, err := m.Secret(context.Background(), dflt); err != nil {
 		b.Fatal(err)
 	}
-	h := start(b, m)
+	h := start(b, m, quiet)
 	if shared {
 		c := newSotw(b, h.client, nil)
 		c.request(dflt)
@@ -122,9 +122,9 @@ func BenchmarkRotationFanout10k(b *testing.B) {
 	if _, err := m.Secret(context.Background(), dflt); err != nil {
 		b.Fatal(err)
 	}
-	h := start(b, m)
+	h := start(b, m, quiet)
 	h.stop() // the harness's own client is not part of the load
-	h = start(b, m)
+	h = start(b, m, quiet)
 
 	before := memNow()
 	lc := startLoadClient(b, h.path, streams, conns)

@@ -30,10 +30,7 @@ func (s *Server) DeltaSecrets(gs grpc.BidiStreamingServer[discoveryv3.DeltaDisco
 	defer func() {
 		st.end()
 		s.metrics.streams.Dec()
-		st.mu.Lock()
-		args := st.logAttrs("error", err)
-		st.mu.Unlock()
-		s.log.Debug("SDS stream closed", args...)
+		st.ended(err)
 	}()
 	for {
 		req, err := gs.Recv()

@@ -43,6 +43,9 @@ type harnessOpt func(*sds.Config)
 
 func withClock(c clock.Clock) harnessOpt { return func(cfg *sds.Config) { cfg.Clock = c } }
 
+// quiet discards the server's logs (for benchmarks).
+func quiet(cfg *sds.Config) { cfg.Logger = slog.New(slog.DiscardHandler) }
+
 // start runs a Server over src until the test ends.
 func start(t testing.TB, src sds.Source, opts ...harnessOpt) *harness {
 	t.Helper()

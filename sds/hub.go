@@ -93,7 +93,6 @@ func (h *hub) unsubscribe(t *topic, s subscriber) {
 	h.mu.Unlock()
 	t.cancelFetch()
 	t.cancelWatch()
-	h.memo.forget(t.name)
 }
 
 // fetch asks the Source for the current secret once. A secret that does not

@@ -140,7 +140,9 @@ func inline(b []byte) *corev3.DataSource {
 }
 
 // memo builds each secret version's entry once, for topics and FetchSecrets
-// alike.
+// alike. It keeps the latest entry of every name it was asked for, even
+// when no stream subscribes any more, so that a proxy that reconnects does
+// not pay for the encoding again; the Source keeps those secrets anyway.
 type memo struct {
 	mu      sync.Mutex
 	entries map[string]*entry // by name: the latest version built
@@ -164,12 +166,4 @@ func (m *memo) get(sec *secretcache.Secret) (*entry, error) {
 	}
 	m.entries[sec.Name] = e
 	return e, nil
-}
-
-// forget drops the entry of name, so that a private key does not outlive
-// the last subscriber of a secret that is no longer asked for.
-func (m *memo) forget(name string) {
-	m.mu.Lock()
-	delete(m.entries, name)
-	m.mu.Unlock()
 }

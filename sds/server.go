@@ -142,6 +142,10 @@ func (s *Server) Listen() error {
 	return nil
 }
 
+// debug reports whether debug logs are wanted, so that hot paths build no
+// log arguments for nothing.
+func (s *Server) debug() bool { return s.log.Enabled(context.Background(), slog.LevelDebug) }
+
 // Ready is closed once the socket listens.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 

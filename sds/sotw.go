@@ -29,10 +29,7 @@ func (s *Server) StreamSecrets(gs grpc.BidiStreamingServer[discoveryv3.Discovery
 	defer func() {
 		st.end()
 		s.metrics.streams.Dec()
-		st.mu.Lock()
-		args := st.logAttrs("error", err)
-		st.mu.Unlock()
-		s.log.Debug("SDS stream closed", args...)
+		st.ended(err)
 	}()
 	for {
 		req, err := gs.Recv()

@@ -123,7 +123,9 @@ func (s *stream) firstRequest(node *corev3.Node) {
 	s.nodeSeen = true
 	s.spiffe = wantsSPIFFE(node)
 	s.node = node.GetId()
-	s.srv.log.Debug("SDS stream opened", s.logAttrs("spiffe_validator", s.spiffe)...)
+	if s.srv.debug() {
+		s.srv.log.Debug("SDS stream opened", s.logAttrs("spiffe_validator", s.spiffe)...)
+	}
 }
 
 // ackLocked accounts a request that carries the latest nonce: an ACK, or a
@@ -141,13 +143,26 @@ func (s *stream) ackLocked(detail *status.Status, what ...any) {
 // staleLocked accounts a request whose nonce is not the latest.
 func (s *stream) staleLocked(nonce string) {
 	s.srv.metrics.stale.Inc()
-	s.srv.log.Debug("stale SDS request", s.logAttrs("response_nonce", nonce, "latest_nonce", s.lastNonce)...)
+	if s.srv.debug() {
+		s.srv.log.Debug("stale SDS request", s.logAttrs("response_nonce", nonce, "latest_nonce", s.lastNonce)...)
+	}
 }
 
 // unknownLocked accounts a subscribed name the Source does not know.
 func (s *stream) unknownLocked(name string) {
 	s.srv.metrics.bad.WithLabelValues(reasonUnknownResource).Inc()
 	s.srv.log.Warn("SDS client asked for an unknown resource", s.logAttrs("resource", name)...)
+}
+
+// ended logs the end of the stream.
+func (s *stream) ended(err error) {
+	if !s.srv.debug() {
+		return
+	}
+	s.mu.Lock()
+	args := s.logAttrs("error", err)
+	s.mu.Unlock()
+	s.srv.log.Debug("SDS stream closed", args...)
 }
 
 // close stops sending and waits for the sender goroutine. The caller then

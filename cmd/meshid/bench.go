@@ -25,7 +25,9 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/bench/caload"
 	"github.com/meshid/meshid/internal/bench/chart"
+	"github.com/meshid/meshid/internal/bench/cputime"
 	"github.com/meshid/meshid/internal/bench/cryptobound"
+	"github.com/meshid/meshid/internal/bench/latency"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/sds/secretcache"
 )
@@ -62,6 +64,7 @@ type benchCAFlags struct {
 	pregen, quiet, cryptoBound   bool
 	caKeyType                    string
 	boundDuration                time.Duration
+	caPID                        int
 }
 
 func newBenchCACmd() *cobra.Command {
@@ -113,6 +116,7 @@ Latency percentiles cover successful requests.`,
 	fl.BoolVar(&f.cryptoBound, "crypto-bound", false, "first measure the in-process raw crypto bound (CSR signature check + CA signature, on every CPU) and report throughput as a fraction of it")
 	fl.DurationVar(&f.boundDuration, "crypto-bound-duration", cryptobound.DefaultDuration, "how long --crypto-bound measures")
 	fl.StringVar(&f.caKeyType, "ca-key-type", "", "CA key type for --crypto-bound (default: the key type of the --ca-root certificate)")
+	fl.IntVar(&f.caPID, "ca-pid", 0, "the CA's `pid` on this machine: report its CPU time per certificate (and, with --crypto-bound, the bound's share of it)")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines on standard error")
 	return cmd
@@ -140,6 +144,14 @@ type benchBound struct {
 	Workers        int     `json:"workers"`
 	CertsPerSecond float64 `json:"certs_per_second"`
 	BestRatio      float64 `json:"best_ratio"` // best run's certs/s over the bound
+	// CPU time per pair of the bound, and (with --ca-pid) the best run's
+	// ratio of it to the CA's CPU per certificate, alone and with the
+	// load's CPU added. Unlike BestRatio, these do not depend on how much
+	// of the machine other processes leave to the CA and to the bound.
+	CPUMicros            float64 `json:"cpu_us_per_cert,omitempty"`
+	BestCPURatio         float64 `json:"best_cpu_ratio,omitempty"`
+	BestCPURatioWithLoad float64 `json:"best_cpu_ratio_with_load,omitempty"`
+	cpu                  time.Duration
 }
 
 func runBenchCA(cmd *cobra.Command, f *benchCAFlags) error {
@@ -199,6 +211,7 @@ func runBenchCA(cmd *cobra.Command, f *benchCAFlags) error {
 		Clients: clients, Identities: ids, KeyType: kt, Pregen: f.pregen,
 		Concurrency: f.concurrency, Requests: f.requests, Duration: f.duration,
 		TTL: f.ttl, ClusterID: f.clusterID, Timeout: f.timeout, Progress: progress,
+		ClientCPU: cputime.Self, ServerCPU: serverCPU(f.caPID),
 	})
 	if err != nil {
 		return fmt.Errorf("bench ca: %w", err)
@@ -233,6 +246,11 @@ func runBenchCA(cmd *cobra.Command, f *benchCAFlags) error {
 	if bound != nil {
 		for _, r := range reports {
 			bound.BestRatio = max(bound.BestRatio, math.Round(r.Throughput/bound.CertsPerSecond*1000)/1000)
+			if ca := r.CPUPerCert(r.ServerCPU); ca > 0 && bound.cpu > 0 {
+				bound.BestCPURatio = max(bound.BestCPURatio, math.Round(float64(bound.cpu)/float64(ca)*1000)/1000)
+				all := ca + r.CPUPerCert(r.ClientCPU)
+				bound.BestCPURatioWithLoad = max(bound.BestCPURatioWithLoad, math.Round(float64(bound.cpu)/float64(all)*1000)/1000)
+			}
 		}
 	}
 	out := cmd.OutOrStdout()
@@ -243,6 +261,10 @@ func runBenchCA(cmd *cobra.Command, f *benchCAFlags) error {
 		if err == nil && bound != nil {
 			_, err = fmt.Fprintf(out, "in-process crypto bound: %.1f certs/s (%s CSR check + %s CA signature, %d CPUs); best run: %.1f%% of it\n",
 				bound.CertsPerSecond, bound.LeafKeyType, bound.CAKeyType, bound.Workers, 100*bound.BestRatio)
+			if err == nil && bound.BestCPURatio > 0 {
+				_, err = fmt.Fprintf(out, "CPU per certificate: crypto bound %s; best run: the bound is %.1f%% of the CA's CPU per certificate, %.1f%% of the CA's and the load's together\n",
+					latency.Format(bound.cpu), 100*bound.BestCPURatio, 100*bound.BestCPURatioWithLoad)
+			}
 		}
 	}
 	if err != nil {
@@ -300,12 +322,21 @@ func measureBound(ctx context.Context, f *benchCAFlags, leaf certs.KeyType, caRo
 	if !f.quiet {
 		fmt.Fprintf(stderr, "bench ca: measuring the in-process crypto bound (%s CSR check + %s CA signature) for %s\n", leaf, caKT, f.boundDuration)
 	}
-	res, err := cryptobound.Measure(ctx, cryptobound.Config{LeafKeyType: leaf, CAKeyType: caKT, Duration: f.boundDuration})
+	res, err := cryptobound.Measure(ctx, cryptobound.Config{LeafKeyType: leaf, CAKeyType: caKT, Duration: f.boundDuration, CPU: cputime.Self})
 	if err != nil {
 		return nil, fmt.Errorf("bench ca: %w", err)
 	}
 	return &benchBound{LeafKeyType: string(leaf), CAKeyType: string(caKT), Workers: res.Workers,
-		CertsPerSecond: math.Round(res.PerSecond*10) / 10}, nil
+		CertsPerSecond: math.Round(res.PerSecond*10) / 10,
+		CPUMicros:      math.Round(float64(res.CPUPerOp.Nanoseconds())/100) / 10, cpu: res.CPUPerOp}, nil
+}
+
+// serverCPU reads the CA's CPU time when its pid is known.
+func serverCPU(pid int) func() (time.Duration, error) {
+	if pid <= 0 {
+		return nil
+	}
+	return cputime.Of(pid)
 }
 
 // benchIdentities returns the identities of the load and the CA root file:

@@ -74,6 +74,12 @@ type Config struct {
 	// 1s) during a run, from a goroutine of its own.
 	Progress         func(Progress)
 	ProgressInterval time.Duration
+	// ServerCPU and ClientCPU, when set, read the CPU time the CA process
+	// and the load's own process have used so far (cputime.Of, cputime.Self);
+	// each run reads them before and after, and reports CPU per
+	// certificate, which other load on the machine does not distort.
+	ServerCPU func() (time.Duration, error)
+	ClientCPU func() (time.Duration, error)
 
 	Clock  clock.Clock
 	Logger *slog.Logger // nil discards logs

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -321,5 +322,57 @@ func TestReportJSONAndTable(t *testing.T) {
 `
 	if sb.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", sb.String(), want)
+	}
+}
+
+func TestRunMeasuresCPU(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	var server, client time.Duration
+	f := &fakeCA{advance: func(int) { server += 300 * time.Microsecond; client += 100 * time.Microsecond }}
+	l, err := caload.New(caload.Config{
+		Clients: []caload.Client{f}, Identities: identities(t, 2), Pregen: true,
+		Concurrency: 1, Requests: 10, Clock: clk,
+		ServerCPU: func() (time.Duration, error) { return server, nil },
+		ClientCPU: func() (time.Duration, error) { return client, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, client = time.Hour, time.Minute // CPU used before the run is not counted
+	rep, err := l.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.ServerCPU != 3*time.Millisecond || rep.ClientCPU != time.Millisecond ||
+		rep.CPUPerCert(rep.ServerCPU) != 300*time.Microsecond || rep.CPUPerCert(rep.ClientCPU) != 100*time.Microsecond {
+		t.Errorf("server %v client %v, want 3ms and 1ms", rep.ServerCPU, rep.ClientCPU)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{`"ca_cpu_s":0.003`, `"client_cpu_s":0.001`, `"ca_cpu_us_per_cert":300`, `"client_cpu_us_per_cert":100`} {
+		if !strings.Contains(string(b), field) {
+			t.Errorf("JSON %s lacks %s", b, field)
+		}
+	}
+	var sb strings.Builder
+	if err := caload.WriteTable(&sb, []*caload.Report{rep}); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(sb.String(), "\n"); !strings.HasSuffix(lines[0], "CA CPU/CERT  LOAD CPU/CERT") || !strings.HasSuffix(lines[1], "300µs        100µs") {
+		t.Errorf("table:\n%s", sb.String())
+	}
+
+	failing := errors.New("no /proc")
+	l, err = caload.New(caload.Config{
+		Clients: []caload.Client{f}, Identities: identities(t, 1), Requests: 1, Clock: clk,
+		ServerCPU: func() (time.Duration, error) { return 0, failing },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Run(context.Background()); !errors.Is(err, failing) {
+		t.Errorf("CPU read failure: err = %v", err)
 	}
 }

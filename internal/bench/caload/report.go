@@ -30,6 +30,19 @@ type Report struct {
 	Throughput float64
 	// Latency summarises the successful requests.
 	Latency latency.Summary
+	// ServerCPU and ClientCPU are the CPU time the CA's process and the
+	// load's own process used during the run, when Config.ServerCPU and
+	// Config.ClientCPU were set (0 otherwise).
+	ServerCPU time.Duration
+	ClientCPU time.Duration
+}
+
+// CPUPerCert returns d per successful issuance, or 0.
+func (r *Report) CPUPerCert(d time.Duration) time.Duration {
+	if r.OK == 0 {
+		return 0
+	}
+	return d / time.Duration(r.OK)
 }
 
 type reportJSON struct {
@@ -43,6 +56,10 @@ type reportJSON struct {
 	Errors         map[string]int  `json:"errors"`
 	Throughput     float64         `json:"certs_per_second"`
 	Latency        latency.Summary `json:"latency"`
+	ServerCPU      float64         `json:"ca_cpu_s,omitempty"`
+	ClientCPU      float64         `json:"client_cpu_s,omitempty"`
+	ServerCPUCert  float64         `json:"ca_cpu_us_per_cert,omitempty"`
+	ClientCPUCert  float64         `json:"client_cpu_us_per_cert,omitempty"`
 }
 
 // MarshalJSON renders the report with snake_case names, elapsed_s in seconds,
@@ -56,8 +73,12 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 		Concurrency: r.Concurrency, KeyType: r.KeyType, Pregen: r.Pregen, Identities: r.Identities,
 		ElapsedSeconds: math.Round(r.Elapsed.Seconds()*1e6) / 1e6,
 		Requests:       r.Requests, OK: r.OK, Errors: errs,
-		Throughput: math.Round(r.Throughput*10) / 10,
-		Latency:    r.Latency,
+		Throughput:    math.Round(r.Throughput*10) / 10,
+		Latency:       r.Latency,
+		ServerCPU:     math.Round(r.ServerCPU.Seconds()*1e3) / 1e3,
+		ClientCPU:     math.Round(r.ClientCPU.Seconds()*1e3) / 1e3,
+		ServerCPUCert: math.Round(float64(r.CPUPerCert(r.ServerCPU).Nanoseconds())/100) / 10,
+		ClientCPUCert: math.Round(float64(r.CPUPerCert(r.ClientCPU).Nanoseconds())/100) / 10,
 	})
 }
 
@@ -71,6 +92,8 @@ func (r *Report) UnmarshalJSON(b []byte) error {
 		Concurrency: j.Concurrency, KeyType: j.KeyType, Pregen: j.Pregen, Identities: j.Identities,
 		Elapsed:  time.Duration(math.Round(j.ElapsedSeconds * float64(time.Second))),
 		Requests: j.Requests, OK: j.OK, Errors: j.Errors, Throughput: j.Throughput, Latency: j.Latency,
+		ServerCPU: time.Duration(math.Round(j.ServerCPU * float64(time.Second))),
+		ClientCPU: time.Duration(math.Round(j.ClientCPU * float64(time.Second))),
 	}
 	return nil
 }
@@ -99,15 +122,32 @@ func FormatErrors(errs map[string]int) string {
 }
 
 // WriteTable writes one row per report: concurrency, requests, successes,
-// certificates per second, latency percentiles and errors by code.
+// certificates per second, latency percentiles and errors by code, and the
+// CPU time per certificate of the CA and of the load when measured.
 func WriteTable(w io.Writer, reports []*Report) error {
+	cpu := slices.ContainsFunc(reports, func(r *Report) bool { return r.ServerCPU > 0 || r.ClientCPU > 0 })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONCURRENCY\tREQUESTS\tOK\tCERTS/S\tP50\tP90\tP99\tMAX\tERRORS")
+	head := "CONCURRENCY\tREQUESTS\tOK\tCERTS/S\tP50\tP90\tP99\tMAX\tERRORS"
+	if cpu {
+		head += "\tCA CPU/CERT\tLOAD CPU/CERT"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range reports {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s",
 			r.Concurrency, r.Requests, r.OK, r.Throughput,
 			latency.Format(r.Latency.P50), latency.Format(r.Latency.P90),
 			latency.Format(r.Latency.P99), latency.Format(r.Latency.Max), FormatErrors(r.Errors))
+		if cpu {
+			fmt.Fprintf(tw, "\t%s\t%s", formatCPU(r.CPUPerCert(r.ServerCPU)), formatCPU(r.CPUPerCert(r.ClientCPU)))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+func formatCPU(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return latency.Format(d)
 }

@@ -2,6 +2,7 @@ package caload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,14 @@ func (l *Loader) RunAt(ctx context.Context, concurrency int) (*Report, error) {
 		}
 	}
 
+	server0, err := readCPU(l.cfg.ServerCPU)
+	if err != nil {
+		return nil, err
+	}
+	client0, err := readCPU(l.cfg.ClientCPU)
+	if err != nil {
+		return nil, err
+	}
 	start := l.clock.Now()
 	var wg sync.WaitGroup
 	for _, w := range workers {
@@ -58,8 +67,13 @@ func (l *Loader) RunAt(ctx context.Context, concurrency int) (*Report, error) {
 	}
 	wg.Wait()
 	elapsed := l.clock.Now().Sub(start)
+	server1, serr := readCPU(l.cfg.ServerCPU)
+	client1, cerr := readCPU(l.cfg.ClientCPU)
 	close(finished)
 	bg.Wait()
+	if err := errors.Join(serr, cerr); err != nil {
+		return nil, err
+	}
 
 	rep := &Report{
 		Concurrency: concurrency,
@@ -68,6 +82,8 @@ func (l *Loader) RunAt(ctx context.Context, concurrency int) (*Report, error) {
 		Identities:  len(l.cfg.Identities),
 		Elapsed:     elapsed,
 		Errors:      map[string]int{},
+		ServerCPU:   server1 - server0,
+		ClientCPU:   client1 - client0,
 	}
 	all := latency.NewRecorder(0)
 	for _, w := range workers {
@@ -84,6 +100,18 @@ func (l *Loader) RunAt(ctx context.Context, concurrency int) (*Report, error) {
 	}
 	l.log.Debug("load finished", "concurrency", concurrency, "requests", rep.Requests, "ok", rep.OK, "elapsed", elapsed)
 	return rep, r.err
+}
+
+// readCPU calls read, if set.
+func readCPU(read func() (time.Duration, error)) (time.Duration, error) {
+	if read == nil {
+		return 0, nil
+	}
+	d, err := read()
+	if err != nil {
+		return 0, fmt.Errorf("caload: reading CPU time: %w", err)
+	}
+	return d, nil
 }
 
 // run is the shared state of one RunAt.

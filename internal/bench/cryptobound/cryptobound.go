@@ -35,7 +35,12 @@ type Config struct {
 	Workers int
 	// Duration of the measurement; 0 means 2s.
 	Duration time.Duration
-	Clock    clock.Clock
+	// CPU, when set, reads the CPU time the process has used so far
+	// (cputime.Self); Measure reads it before and after, so that Result
+	// has the CPU time per pair, which other load on the machine does not
+	// distort.
+	CPU   func() (time.Duration, error)
+	Clock clock.Clock
 }
 
 // Result is a measured bound.
@@ -47,6 +52,10 @@ type Result struct {
 	Elapsed     time.Duration
 	// PerSecond is issuances per second: Operations/Elapsed.
 	PerSecond float64
+	// CPU is the process CPU time used during the measurement, when
+	// Config.CPU was set; CPUPerOp is CPU/Operations.
+	CPU      time.Duration
+	CPUPerOp time.Duration
 }
 
 // Measure runs CSR signature checks and CA signatures in pairs on Workers
@@ -94,6 +103,12 @@ func Measure(ctx context.Context, cfg Config) (*Result, error) {
 	var ops atomic.Int64
 	errs := make(chan error, cfg.Workers)
 	var wg sync.WaitGroup
+	var cpu0 time.Duration
+	if cfg.CPU != nil {
+		if cpu0, err = cfg.CPU(); err != nil {
+			return nil, fmt.Errorf("cryptobound: %w", err)
+		}
+	}
 	start := clk.Now()
 	for range cfg.Workers {
 		wg.Go(func() {
@@ -134,6 +149,16 @@ func Measure(ctx context.Context, cfg Config) (*Result, error) {
 		Operations: ops.Load(), Elapsed: elapsed}
 	if elapsed > 0 {
 		res.PerSecond = float64(res.Operations) / elapsed.Seconds()
+	}
+	if cfg.CPU != nil {
+		cpu1, err := cfg.CPU()
+		if err != nil {
+			return nil, fmt.Errorf("cryptobound: %w", err)
+		}
+		res.CPU = cpu1 - cpu0
+		if res.Operations > 0 {
+			res.CPUPerOp = res.CPU / time.Duration(res.Operations)
+		}
 	}
 	return res, nil
 }

@@ -28,9 +28,11 @@ func TestMeasure(t *testing.T) {
 				err error
 			}
 			done := make(chan result, 1)
+			cpu := time.Duration(0)
 			go func() {
 				res, err := cryptobound.Measure(context.Background(), cryptobound.Config{
 					LeafKeyType: tt.leaf, CAKeyType: tt.ca, Workers: 2, Duration: time.Second, Clock: clk,
+					CPU: func() (time.Duration, error) { cpu += 3 * time.Second; return cpu, nil }, // 3s per read
 				})
 				done <- result{res, err}
 			}()
@@ -43,7 +45,8 @@ func TestMeasure(t *testing.T) {
 				t.Fatal(r.err)
 			}
 			if r.res.Elapsed != time.Second || r.res.Operations < 2 || r.res.PerSecond != float64(r.res.Operations) ||
-				r.res.Workers != 2 || r.res.LeafKeyType != tt.leaf || r.res.CAKeyType != tt.ca {
+				r.res.Workers != 2 || r.res.LeafKeyType != tt.leaf || r.res.CAKeyType != tt.ca ||
+				r.res.CPU != 3*time.Second || r.res.CPUPerOp != 3*time.Second/time.Duration(r.res.Operations) {
 				t.Errorf("result = %+v", r.res)
 			}
 		})

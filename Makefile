@@ -29,7 +29,7 @@ kube-binaries:
 
 ## test-kube: the suite against a real etcd + kube-apiserver.
 test-kube: kube-binaries
-	cd test/kube && $(GO) test -count=1 -timeout 30m ./...
+	cd test/kube && GOFLAGS=-mod=mod $(GO) test -count=1 -timeout 30m ./...
 
 ## bench: Go benchmarks and a short load run against `meshid dev`.
 bench: build
@@ -39,7 +39,7 @@ bench: build
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	@if [ -f test/kube/go.mod ]; then cd test/kube && $(GO) vet ./...; fi
+	@if [ -f test/kube/go.mod ]; then cd test/kube && GOFLAGS=-mod=mod $(GO) vet ./...; fi
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -83,18 +83,14 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) {
 		st.srv.hub.unsubscribe(t, st)
 	}
 	if len(added) > 0 {
-		subs := make([]*deltaSub, len(added))
-		for i, n := range added {
-			subs[i] = &deltaSub{t: st.srv.hub.subscribe(n, st), has: initial[n]}
-		}
-		st.mu.Lock()
-		for _, sub := range subs {
-			st.subs[sub.t.name] = sub
-		}
-		st.mu.Unlock()
+		st.subscribeAll(st, added, func(ts []*topic) {
+			for _, t := range ts {
+				st.subs[t.name] = &deltaSub{t: t, has: initial[t.name]}
+			}
+		})
 	}
 	if resend || len(added) > 0 {
-		st.kick()
+		st.flush()
 	}
 }
 

@@ -27,15 +27,19 @@
 //
 //   - A hub keeps one topic per resource name with subscribers. A topic
 //     registers one Watch with the Source however many streams subscribe,
-//     fetches the secret once, and holds the Envoy resource built for the
-//     current version. The resource (and the PEM of the private key, which
-//     exists nowhere else) is built once per version and shared by every
-//     stream, so a rotation costs one encoding, not one per stream.
-//   - A push marks the subscribed streams dirty. A stream has no goroutine of
-//     its own while idle: gRPC's handler goroutine blocks in Recv, and a
-//     sender goroutine exists only while the stream has something to send.
-//     So 10,000 idle streams cost 10,000 parked handler goroutines and a few
-//     hundred bytes of state each, and a slow client delays only itself.
+//     is fetched once (by its first subscriber, on that stream's goroutine),
+//     and holds the Envoy resource built for the current version. The
+//     resource (and the PEM of the private key, which exists nowhere else)
+//     is built once per version and shared by every stream, so a rotation
+//     costs one encoding, not one per stream.
+//   - A stream has no goroutine of its own while idle: gRPC's handler
+//     goroutine blocks in Recv and answers requests itself, and a push
+//     (from the Source's notification) starts a sender goroutine that
+//     exits once nothing is left to send. So 10,000 idle streams cost
+//     10,000 parked handler goroutines and a few hundred bytes of state
+//     each, and a slow client delays only itself. A shared pool of
+//     senders was rejected: a few clients that stop reading would block it
+//     for everyone.
 //   - State of the world: every response carries one resource, its version
 //     as version_info and a fresh nonce. A request whose response_nonce is
 //     not the latest sent is stale and ignored; one with the latest nonce is

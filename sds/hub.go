@@ -21,13 +21,12 @@ type hub struct {
 	memo memo
 
 	mu     sync.Mutex
-	ctx    context.Context // fetches run under it; set by Server.Run
 	topics map[string]*topic
-	wg     sync.WaitGroup // fetch goroutines
 }
 
 // topic is one resource name with its subscribers. It watches the Source
-// once, fetches the current secret once, and keeps the latest entry.
+// once, is fetched once (by its first subscriber), and keeps the latest
+// entry.
 type topic struct {
 	name string
 	h    *hub
@@ -37,44 +36,31 @@ type topic struct {
 	subs map[subscriber]struct{}
 
 	cancelWatch func()
-	cancelFetch context.CancelFunc
 }
 
 func newHub(src Source, log *slog.Logger) *hub {
-	return &hub{src: src, log: log, ctx: context.Background(), topics: map[string]*topic{}}
+	return &hub{src: src, log: log, topics: map[string]*topic{}}
 }
 
-func (h *hub) setContext(ctx context.Context) {
-	h.mu.Lock()
-	h.ctx = ctx
-	h.mu.Unlock()
-}
-
-// subscribe adds s to the topic of name, creating the topic (one Watch and
-// one fetch) for its first subscriber.
-func (h *hub) subscribe(name string, s subscriber) *topic {
+// subscribe adds s to the topic of name. For a new topic it registers the
+// one Watch and reports created: the caller must then fetch it (after the
+// Watch, so that a change in between is not lost).
+func (h *hub) subscribe(name string, s subscriber) (t *topic, created bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t := h.topics[name]
+	t = h.topics[name]
 	if t == nil {
 		t = &topic{name: name, h: h, subs: map[subscriber]struct{}{}}
 		h.topics[name] = t
-		// Watch before fetching, so that a change in between is not lost.
 		// The Manager calls notify without holding locks of ours, and
 		// notify takes only t.mu and the subscribers' locks, never h.mu.
 		t.cancelWatch = h.src.Watch(name, t.notify)
-		ctx, cancel := context.WithCancel(h.ctx)
-		t.cancelFetch = cancel
-		h.wg.Add(1)
-		go func() {
-			defer h.wg.Done()
-			t.fetch(ctx)
-		}()
+		created = true
 	}
 	t.mu.Lock()
 	t.subs[s] = struct{}{}
 	t.mu.Unlock()
-	return t
+	return t, created
 }
 
 // unsubscribe removes s from t and drops the topic after its last
@@ -91,12 +77,14 @@ func (h *hub) unsubscribe(t *topic, s subscriber) {
 	}
 	delete(h.topics, t.name)
 	h.mu.Unlock()
-	t.cancelFetch()
 	t.cancelWatch()
 }
 
-// fetch asks the Source for the current secret once. A secret that does not
-// exist yet arrives later through notify.
+// fetch asks the Source for the current secret; the first subscriber calls
+// it, on its own goroutine and with its stream's context, so that a cached
+// secret reaches a new stream without a goroutine hand-off. A secret that
+// does not exist yet, or whose generation outlives that stream, arrives
+// later through notify (the Source reports every new secret).
 func (t *topic) fetch(ctx context.Context) {
 	sec, err := t.h.src.Secret(ctx, t.name)
 	switch {

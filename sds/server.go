@@ -167,7 +167,6 @@ func (s *Server) Run(ctx context.Context) error {
 	ln, sock := s.ln, s.sock
 	s.mu.Unlock()
 
-	s.hub.setContext(ctx)
 	served := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
@@ -184,7 +183,6 @@ func (s *Server) Run(ctx context.Context) error {
 	err := s.grpc.Serve(ln)
 	close(served)
 	<-stopped
-	s.hub.wg.Wait()
 	removeSocket(s.path, sock)
 	if ctx.Err() != nil {
 		s.log.Info("SDS server stopped")

@@ -85,14 +85,12 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest) {
 	if len(added) == 0 {
 		return
 	}
-	subs := make([]*sotwSub, len(added))
-	for i, n := range added {
-		subs[i] = &sotwSub{t: st.srv.hub.subscribe(n, st)}
-	}
-	st.mu.Lock()
-	st.subs = append(st.subs, subs...)
-	st.mu.Unlock()
-	st.kick()
+	st.subscribeAll(st, added, func(ts []*topic) {
+		for _, t := range ts {
+			st.subs = append(st.subs, &sotwSub{t: t})
+		}
+	})
+	st.flush()
 }
 
 func (st *sotwStream) findLocked(name string) *sotwSub {

@@ -64,6 +64,42 @@ func (s *stream) kick() {
 	go s.sendLoop()
 }
 
+// flush sends what is pending on the calling goroutine (the handler's),
+// unless a sender goroutine already runs. Answering a request this way
+// saves a goroutine hand-off on the path to the first response.
+func (s *stream) flush() {
+	s.mu.Lock()
+	if s.closed || s.sending {
+		s.mu.Unlock()
+		return
+	}
+	s.sending = true
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.sendLoop()
+}
+
+// subscribeAll subscribes the stream to names and fetches the topics it
+// created. install records the topics in the stream's state (under mu)
+// before the fetches, so that their results are sent.
+func (s *stream) subscribeAll(sub subscriber, names []string, install func([]*topic)) {
+	topics := make([]*topic, len(names))
+	var created []*topic
+	for i, n := range names {
+		t, isNew := s.srv.hub.subscribe(n, sub)
+		topics[i] = t
+		if isNew {
+			created = append(created, t)
+		}
+	}
+	s.mu.Lock()
+	install(topics)
+	s.mu.Unlock()
+	for _, t := range created {
+		t.fetch(s.gs.Context())
+	}
+}
+
 func (s *stream) sendLoop() {
 	defer s.wg.Done()
 	for {

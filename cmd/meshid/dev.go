@@ -116,6 +116,25 @@ func runDev(ctx context.Context, f *devFlags, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	// Bind everything before the banner: it then shows the bound addresses
+	// (with port 0 too), and the socket accepts connections once printed.
+	caMon, agentMon := "(disabled)", "(disabled)"
+	if caStack.monitor != nil {
+		if err := caStack.monitor.Listen(); err != nil {
+			return err
+		}
+		caMon = caStack.monitor.Addr().String()
+	}
+	if agent.monitor != nil {
+		if err := agent.monitor.Listen(); err != nil {
+			return err
+		}
+		agentMon = agent.monitor.Addr().String()
+	}
+	if err := agent.sds.Listen(); err != nil {
+		return err
+	}
+
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return caStack.run(ctx) })
 	g.Go(func() error { return agent.run(ctx) })
@@ -131,15 +150,8 @@ func runDev(ctx context.Context, f *devFlags, stdout, stderr io.Writer) error {
   agent metrics/health         %s
 Try: meshid inspect --sds %s
 `, caStack.grpc.Addr(), af.caRoot, sf.jwksFile, tokenFile, sock,
-		orNone(f.monitoringListen), orNone(f.agentMonitoring), sock)
+		caMon, agentMon, sock)
 	return g.Wait()
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "(disabled)"
-	}
-	return s
 }
 
 func writeDevToken(issuer *devissuer.Issuer, path string) error {

@@ -39,6 +39,12 @@ func (m *Manager) trackFile(name string, pn parsedName) *fileEntry {
 		m.byDir[dir] = append(m.byDir[dir], e)
 		m.watchDirLocked(dir)
 	}
+	if m.watcher == nil {
+		select { // Run creates the watcher, which watches every known directory
+		case m.wantFiles <- struct{}{}:
+		default:
+		}
+	}
 	return e
 }
 

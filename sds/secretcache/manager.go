@@ -94,7 +94,8 @@ type Manager struct {
 	watched  map[string]bool   // directories added to watcher
 	running  bool
 
-	kick chan struct{} // wakes the scheduler after a state change
+	kick      chan struct{} // wakes the scheduler after a state change
+	wantFiles chan struct{} // a directory to watch appeared: Run starts the file watcher
 
 	topicsMu sync.Mutex
 	topics   map[string]*topic
@@ -151,6 +152,7 @@ func New(cfg Config) (*Manager, error) {
 		byDir:       map[string][]*fileEntry{},
 		watched:     map[string]bool{},
 		kick:        make(chan struct{}, 1),
+		wantFiles:   make(chan struct{}, 1),
 		topics:      map[string]*topic{},
 	}
 	if m.grace == 0 {

@@ -27,19 +27,42 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.mu.Unlock()
 	}()
 
-	w, err := m.startWatcher()
-	if err != nil {
-		return err
-	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		m.watchFiles(ctx, w)
+		m.runFiles(ctx)
 	}()
 	m.schedule(ctx)
-	m.stopWatcher(w)
 	<-done
 	return nil
+}
+
+// runFiles watches the directories of the file-mounted secrets until ctx is
+// done. The fsnotify watcher is created only once a file secret is in use:
+// it holds an inotify instance, of which a user may have only a few hundred
+// (fs.inotify.max_user_instances, often 128), and an agent serving only
+// default and ROOTCA, or a process with many Managers, needs none. If it
+// cannot be created, file secrets are still served, but changes to their
+// files are not pushed; the failure is logged and counted.
+func (m *Manager) runFiles(ctx context.Context) {
+	m.mu.Lock()
+	known := len(m.byDir) > 0
+	m.mu.Unlock()
+	if !known {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.wantFiles:
+		}
+	}
+	w, err := m.startWatcher()
+	if err != nil {
+		m.metrics.fileFailures.Inc()
+		m.log.Warn("cannot watch mounted files; changes to them will not be pushed", "error", err)
+		return
+	}
+	m.watchFiles(ctx, w)
+	m.stopWatcher(w)
 }
 
 // schedule is the rotation loop. It parks on one clock timer set to the

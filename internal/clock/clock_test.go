@@ -65,3 +65,29 @@ func TestFakeStopResetWaiters(t *testing.T) {
 		t.Fatalf("unexpected pending deadline %v", d)
 	}
 }
+
+func TestFakeManyTimersInDeadlineOrder(t *testing.T) {
+	f := clock.NewFake(time.Unix(0, 0))
+	const n = 10000
+	timers := make([]clock.Timer, n)
+	for i := range timers {
+		timers[i] = f.NewTimer(time.Duration((i*7919)%n+1) * time.Millisecond) // every deadline 1ms..10s once, shuffled
+	}
+	for want := time.Millisecond; want <= n*time.Millisecond; want += time.Millisecond {
+		d, ok := f.NextDeadline()
+		if !ok || d != time.Unix(0, 0).Add(want) {
+			t.Fatalf("next deadline %v %v, want %v", d, ok, time.Unix(0, 0).Add(want))
+		}
+		f.Set(d)
+		if got := f.Waiters(); got != n-int(want/time.Millisecond) {
+			t.Fatalf("at %v: %d waiters", want, got)
+		}
+	}
+	for i, tm := range timers {
+		select {
+		case <-tm.C():
+		default:
+			t.Fatalf("timer %d did not fire", i)
+		}
+	}
+}

@@ -115,6 +115,19 @@ func (f *Fake) NextDeadline() (time.Time, bool) {
 	return f.timers[0].deadline, true
 }
 
+// Deadlines returns the deadlines of the pending timers, earliest first.
+// Tests use it to see when goroutines parked on timers will wake, without
+// waking them.
+func (f *Fake) Deadlines() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]time.Time, len(f.timers))
+	for i, t := range f.timers {
+		out[i] = t.deadline
+	}
+	return out
+}
+
 // WaitForWaiters blocks until at least n timers are pending or done is
 // closed. It returns false if done was closed first. Tests use it instead of
 // sleeping to know that a goroutine has parked on a timer.

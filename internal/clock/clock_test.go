@@ -73,6 +73,9 @@ func TestFakeManyTimersInDeadlineOrder(t *testing.T) {
 	for i := range timers {
 		timers[i] = f.NewTimer(time.Duration((i*7919)%n+1) * time.Millisecond) // every deadline 1ms..10s once, shuffled
 	}
+	if ds := f.Deadlines(); len(ds) != n || ds[0] != time.Unix(0, 0).Add(time.Millisecond) || ds[n-1] != time.Unix(0, 0).Add(n*time.Millisecond) {
+		t.Fatalf("Deadlines: %d, first %v, last %v", len(ds), ds[0], ds[len(ds)-1])
+	}
 	for want := time.Millisecond; want <= n*time.Millisecond; want += time.Millisecond {
 		d, ok := f.NextDeadline()
 		if !ok || d != time.Unix(0, 0).Add(want) {

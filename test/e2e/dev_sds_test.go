@@ -1,7 +1,10 @@
 package e2e_test
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -9,6 +12,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 )
 
@@ -118,6 +123,25 @@ func TestDevAgentServesSDS(t *testing.T) {
 		serials = append(serials, check(t, got["default"], got["ROOTCA"]))
 	})
 
+	t.Run("monitoring", func(t *testing.T) {
+		for _, path := range []string{"/healthz", "/readyz"} {
+			for _, addr := range []string{d.caMonitor, d.agentMonitor} {
+				if code, _ := httpGet(t, "http://"+addr+path); code != http.StatusOK {
+					t.Fatalf("GET %s%s: %d", addr, path, code)
+				}
+			}
+		}
+		if n := metricSum(t, d.caMonitor, "meshid_ca_certificates_issued_total"); n < 1 {
+			t.Fatalf("the CA counts %v issued certificates", n)
+		}
+		if n := metricSum(t, d.agentMonitor, "meshid_agent_rotations_total"); n != 1 {
+			t.Fatalf("the agent counts %v certificates obtained, want 1", n)
+		}
+		if s := metricSum(t, d.agentMonitor, "meshid_agent_cert_expiry_seconds"); s < 23*3600 || s > 24*3600 {
+			t.Fatalf("the agent's certificate expires in %vs, want about 24h", s)
+		}
+	})
+
 	// One agent, one cached certificate, whatever the protocol.
 	if len(serials) != 3 {
 		return // a subtest failed
@@ -127,4 +151,43 @@ func TestDevAgentServesSDS(t *testing.T) {
 			t.Fatalf("serials %v: the streams were not served the one cached certificate", serials)
 		}
 	}
+}
+
+func httpGet(t *testing.T, url string) (int, []byte) {
+	t.Helper()
+	c := &http.Client{Timeout: guard}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, body
+}
+
+// metricSum scrapes addr's /metrics and returns the sum of name's samples
+// (counters and gauges).
+func metricSum(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	code, body := httpGet(t, "http://"+addr+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET %s/metrics: %d", addr, code)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("%s/metrics: %v", addr, err)
+	}
+	mf := mfs[name]
+	if mf == nil {
+		t.Fatalf("%s/metrics has no %s", addr, name)
+	}
+	sum := 0.0
+	for _, m := range mf.GetMetric() {
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return sum
 }

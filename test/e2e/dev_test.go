@@ -15,9 +15,15 @@ type dev struct {
 	caAddr   string // the CA's CreateCertificate address
 	root     string // <state-dir>/root-cert.pem
 	sock     string // <state-dir>/sds.sock
+
+	caMonitor, agentMonitor string // /metrics /healthz /readyz addresses
 }
 
-var devCALine = regexp.MustCompile(`CA \(CreateCertificate, TLS\)\s+(\S+)`)
+var (
+	devCALine           = regexp.MustCompile(`CA \(CreateCertificate, TLS\)\s+(\S+)`)
+	devCAMonitorLine    = regexp.MustCompile(`CA metrics/health\s+(\S+)`)
+	devAgentMonitorLine = regexp.MustCompile(`agent metrics/health\s+(\S+)`)
+)
 
 // startDev runs `meshid dev` on free ports in a fresh state directory and
 // waits until its SDS socket serves default and ROOTCA.
@@ -31,6 +37,8 @@ func startDev(t *testing.T) *dev {
 		"--agent-monitoring-listen", "127.0.0.1:0",
 	)
 	d.caAddr = d.proc.waitLine(t, devCALine)[1]
+	d.caMonitor = d.proc.waitLine(t, devCAMonitorLine)[1]
+	d.agentMonitor = d.proc.waitLine(t, devAgentMonitorLine)[1]
 	d.root = filepath.Join(d.stateDir, "root-cert.pem")
 	d.sock = filepath.Join(d.stateDir, "sds.sock")
 	waitSDS(t, d.sock)

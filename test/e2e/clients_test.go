@@ -7,12 +7,14 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"net/url"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -77,6 +79,12 @@ func istioCSR(t testing.TB, id spiffeid.ID) (crypto.Signer, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return key, istioCSRFor(t, id, key)
+}
+
+// istioCSRFor is istioCSR with a given key.
+func istioCSRFor(t testing.TB, id spiffeid.ID, key crypto.Signer) string {
+	t.Helper()
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
 		Subject: pkix.Name{Organization: []string{""}},
 		URIs:    []*url.URL{id.URL()},
@@ -84,7 +92,7 @@ func istioCSR(t testing.TB, id spiffeid.ID) (crypto.Signer, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return key, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
 }
 
 // createCertificate sends csr with the bearer token (none when empty) and
@@ -164,6 +172,15 @@ func verifyIstioChain(t testing.TB, chain []string, rootFile string, key crypto.
 	}
 	if pub, ok := leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(key.Public()) {
 		t.Fatal("the leaf does not certify the CSR's key")
+	}
+	// The workload leaf profile, as Envoy and Istio use it.
+	wantKU := x509.KeyUsageDigitalSignature
+	if _, ok := key.(*rsa.PrivateKey); ok {
+		wantKU |= x509.KeyUsageKeyEncipherment
+	}
+	if leaf.IsCA || leaf.KeyUsage != wantKU || len(leaf.Subject.Names) != 0 ||
+		!slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) || !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+		t.Fatalf("leaf profile: CA=%v KeyUsage=%v EKU=%v subject=%q", leaf.IsCA, leaf.KeyUsage, leaf.ExtKeyUsage, leaf.Subject)
 	}
 	return leaf, inter
 }

@@ -1,9 +1,11 @@
 package e2e_test
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"net"
 	"strings"
 	"testing"
@@ -29,19 +31,32 @@ func TestDevCAIssuesToIstioClient(t *testing.T) {
 	clients := []struct {
 		name string
 		c    securityv1alpha1.IstioCertificateServiceClient
+		key  crypto.Signer // nil: a fresh P-256 key
 	}{
 		// istio-agent with CA_ADDR=localhost:<port> verifies the serving
 		// certificate as istiod.istio-system.svc.
-		{"CA_ADDR=localhost", istioClient(t, net.JoinHostPort("localhost", port), "istiod.istio-system.svc", d.root)},
+		{"CA_ADDR=localhost", istioClient(t, net.JoinHostPort("localhost", port), "istiod.istio-system.svc", d.root), nil},
 		// A client dialing the printed address verifies its IP SAN.
-		{"printed address", istioClient(t, d.caAddr, "", d.root)},
+		{"printed address", istioClient(t, d.caAddr, "", d.root), nil},
 	}
 	cart := mustID(t, "shop", "cart")
 	token := d.token(t, "shop", "cart")
 
-	for _, tc := range clients {
+	// istio-agent's default workload key is RSA-2048.
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range append(clients, struct {
+		name string
+		c    securityv1alpha1.IstioCertificateServiceClient
+		key  crypto.Signer
+	}{"CA_ADDR=localhost, RSA-2048 key", clients[0].c, rsaKey}) {
 		t.Run(tc.name, func(t *testing.T) {
 			key, csr := istioCSR(t, cart)
+			if tc.key != nil {
+				key, csr = tc.key, istioCSRFor(t, cart, tc.key)
+			}
 			before := time.Now()
 			resp, err := createCertificate(t, tc.c, csr, token)
 			if err != nil {

@@ -1,4 +1,3 @@
-// Command meshid is the meshid CA, node agent and certificate tooling.
 package main
 
 import (

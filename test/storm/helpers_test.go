@@ -1,0 +1,169 @@
+package storm_test
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/sds/caclient"
+)
+
+var td = spiffeid.RequireTrustDomainFromString("cluster.local")
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// guard returns a channel closed after d of real time, a bound on waits
+// that would otherwise hang a broken test.
+func guard(t *testing.T, d time.Duration) <-chan struct{} {
+	ch := make(chan struct{})
+	timer := time.AfterFunc(d, func() { close(ch) })
+	t.Cleanup(func() { timer.Stop() })
+	return ch
+}
+
+// newAuthority returns a CA with a fresh ec-p256 self-signed root, on clk.
+func newAuthority(t testing.TB, clk clock.Clock, reg prometheus.Registerer) *ca.Authority {
+	t.Helper()
+	b, _, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: td.Name(), KeyType: certs.ECP256, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := ca.New(ca.Config{TrustDomain: td, Bundle: b, Clock: clk, Logger: quiet, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// authoritySigner is a secretcache.Signer that calls an in-process
+// Authority for one identity: the CA's whole signing path without gRPC.
+type authoritySigner struct {
+	a  *ca.Authority
+	id spiffeid.ID
+}
+
+func (s authoritySigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
+	csr, err := ca.ParseCSR(csrPEM)
+	if err != nil {
+		return nil, nil, err
+	}
+	iss, err := s.a.Sign(ctx, ca.Request{CSR: csr, ID: s.id, Caller: "storm", TTL: ttl})
+	if err != nil {
+		return nil, nil, err
+	}
+	return append([]*x509.Certificate{iss.Leaf}, iss.Chain...), iss.Roots, nil
+}
+
+// caServer is a running ca/server on 127.0.0.1 with JWT authentication
+// (the dev issuer), on a fake clock.
+type caServer struct {
+	authority *ca.Authority
+	issuer    *devissuer.Issuer
+	addr      string
+	reg       *prometheus.Registry
+	clk       *clock.Fake
+}
+
+func startCA(t *testing.T, clk *clock.Fake, rate float64, burst int) *caServer {
+	t.Helper()
+	s := &caServer{reg: prometheus.NewRegistry(), clk: clk}
+	s.authority = newAuthority(t, clk, s.reg)
+	key, err := certs.GenerateKey(certs.ECP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.issuer, err = devissuer.New(key, ""); err != nil {
+		t.Fatal(err)
+	}
+	j, err := authn.NewJWT(authn.JWTConfig{Issuer: s.issuer.Issuer(), JWKS: s.issuer.JWKS(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{
+		Authority: s.authority, Authenticator: j, Listen: "127.0.0.1:0",
+		RateLimit: rate, RateBurst: burst, Clock: clk, Logger: quiet, Registerer: s.reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	s.addr = srv.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server Run: %v", err)
+		}
+	})
+	return s
+}
+
+// token mints a service-account token for ns/sa valid for a day of fake time.
+func (s *caServer) token(t testing.TB, ns, sa string) string {
+	t.Helper()
+	tok, err := s.issuer.Mint(ns, sa, []string{"istio-ca"}, 24*time.Hour, s.clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// client returns a caclient for ns/sa: the agent's real CA client, with the
+// token in a file, verifying on the fake clock.
+func (s *caServer) client(t *testing.T, ns, sa string) *caclient.Client {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), fmt.Sprintf("token-%s-%s", ns, sa))
+	if err := os.WriteFile(file, []byte(s.token(t, ns, sa)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := caclient.New(caclient.Config{
+		Addr: s.addr, Roots: s.authority.Bundle().Roots, ServerName: "localhost",
+		TokenFile: file, Clock: s.clk, Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// requests reads meshid_ca_requests_total{code}.
+func (s *caServer) requests(t *testing.T, code string) float64 {
+	t.Helper()
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "meshid_ca_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "code" && l.GetValue() == code {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // BenchmarkStreamFirstDefault measures the time from opening a stream to
@@ -75,7 +77,7 @@ func benchFirstDefault(b *testing.B, shared bool) {
 // firstDefault opens a stream, asks for default and returns how long the
 // answer took.
 func firstDefault(b *testing.B, client secretv3.SecretDiscoveryServiceClient) time.Duration {
-	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)
 	defer cancel()
 	t0 := time.Now()
 	s, err := client.StreamSecrets(ctx)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
 )
 
@@ -26,7 +27,7 @@ type deltaClient struct {
 
 func newDelta(t testing.TB, c secretv3.SecretDiscoveryServiceClient, node *corev3.Node) *deltaClient {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)
 	t.Cleanup(cancel)
 	s, err := c.DeltaSecrets(ctx)
 	if err != nil {

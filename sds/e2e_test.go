@@ -18,6 +18,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/caclient"
 	"github.com/meshid/meshid/sds/secretcache"
 )
@@ -86,15 +87,7 @@ func newCAStack(t testing.TB) *caStack {
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("CA server Run: %v", err)
-		}
-	})
+	testkit.Run(t, "CA server", srv.Run)
 
 	tok, err := issuer.Mint("default", "default", []string{"istio-ca"}, time.Hour, time.Now())
 	if err != nil {
@@ -127,15 +120,7 @@ func (s *caStack) newManager(t testing.TB, clk clock.Clock) (*secretcache.Manage
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	return m, func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Manager.Run: %v", err)
-		}
-	}
+	return m, testkit.Start(t, "Manager", m.Run)
 }
 
 func (s *caStack) roots() []*x509.Certificate { return s.authority.Bundle().Roots }
@@ -202,7 +187,7 @@ func TestRotationPushArrivesBeforeExpiry(t *testing.T) {
 
 	// The scheduler parks on its renewal timer.
 	stopWait := make(chan struct{})
-	timer := time.AfterFunc(guard, func() { close(stopWait) })
+	timer := time.AfterFunc(testkit.Guard, func() { close(stopWait) })
 	defer timer.Stop()
 	if !clk.WaitForWaiters(1, stopWait) {
 		t.Fatal("the Manager did not schedule a renewal")

@@ -9,12 +9,13 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
 )
 
 func TestFetchSecrets(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *env, h *harness) {
-		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)
 		defer cancel()
 		r, err := h.client.FetchSecrets(ctx, &discoveryv3.DiscoveryRequest{TypeUrl: sds.SecretTypeURL, ResourceNames: []string{dflt, root}})
 		if err != nil {
@@ -73,7 +74,7 @@ func TestFetchSecretsWaitsForFirstCertificate(t *testing.T) {
 	errs := make(chan error, 10)
 	for range 10 {
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), guard)
+			ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)
 			defer cancel()
 			_, err := h.client.FetchSecrets(ctx, &discoveryv3.DiscoveryRequest{ResourceNames: []string{dflt}})
 			errs <- err

@@ -6,9 +6,7 @@ import (
 	"crypto/x509"
 	"log/slog"
 	"path/filepath"
-	"sync"
 	"testing"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -26,6 +24,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
 )
 
@@ -33,7 +32,7 @@ import (
 type harness struct {
 	srv    *sds.Server
 	reg    *prometheus.Registry
-	logs   *logRecorder
+	logs   *testkit.LogRecorder
 	path   string
 	client secretv3.SecretDiscoveryServiceClient
 	stop   func() // stops the server and closes the client
@@ -57,8 +56,8 @@ func start(t testing.TB, src sds.Source, opts ...harnessOpt) *harness {
 // startUntilStopped runs a Server until h.stop is called.
 func startUntilStopped(t testing.TB, src sds.Source, opts ...harnessOpt) *harness {
 	t.Helper()
-	h := &harness{reg: prometheus.NewRegistry(), logs: newLogRecorder()}
-	dir := shortTempDir(t)
+	h := &harness{reg: prometheus.NewRegistry(), logs: testkit.NewLogRecorder()}
+	dir := testkit.ShortDir(t)
 	h.path = filepath.Join(dir, "run", "sds.sock")
 	cfg := sds.Config{
 		Source:     src,
@@ -77,7 +76,7 @@ func startUntilStopped(t testing.TB, src sds.Source, opts ...harnessOpt) *harnes
 		t.Fatal(err)
 	}
 	h.srv = srv
-	stopServer := runUntilStopped(t, srv)
+	stopServer := testkit.Start(t, "sds server", srv.Run)
 	conn := dialUntilClosed(t, h.path)
 	h.client = secretv3.NewSecretDiscoveryServiceClient(conn)
 	h.stop = func() {
@@ -85,34 +84,6 @@ func startUntilStopped(t testing.TB, src sds.Source, opts ...harnessOpt) *harnes
 		stopServer()
 	}
 	return h
-}
-
-// runServer runs srv until the test ends and checks that Run returns nil.
-func runServer(t testing.TB, srv *sds.Server) {
-	t.Helper()
-	t.Cleanup(runUntilStopped(t, srv))
-}
-
-// runUntilStopped runs srv; the returned function stops it and checks that
-// Run returned nil.
-func runUntilStopped(t testing.TB, srv *sds.Server) func() {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(guard):
-				t.Errorf("Run did not return")
-			}
-		})
-	}
 }
 
 func dial(t testing.TB, path string) *grpc.ClientConn {
@@ -133,7 +104,7 @@ func dialUntilClosed(t testing.TB, path string) *grpc.ClientConn {
 
 func (h *harness) metric(t testing.TB, name string, labels ...string) float64 {
 	t.Helper()
-	return metric(t, h.reg, name, labels...)
+	return testkit.Metric(t, h.reg, name, labels...)
 }
 
 // sotwClient drives a StreamSecrets stream like Envoy does.
@@ -150,7 +121,7 @@ type sotwClient struct {
 
 func newSotw(t testing.TB, c secretv3.SecretDiscoveryServiceClient, node *corev3.Node) *sotwClient {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)
 	t.Cleanup(cancel)
 	s, err := c.StreamSecrets(ctx)
 	if err != nil {

@@ -7,23 +7,20 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"log/slog"
 	"net/url"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -31,9 +28,6 @@ var (
 	testTD = spiffeid.RequireTrustDomainFromString("cluster.local")
 	testID = spiffeid.RequireFromPath(testTD, "/ns/default/sa/default")
 )
-
-// guard bounds every wait so that a bug fails a test instead of hanging it.
-const guard = 30 * time.Second
 
 // pki is a root CA created at run time. It is also the Signer of real
 // secretcache.Managers, and counts their CSRs.
@@ -331,147 +325,5 @@ func runManager(t testing.TB, p *pki, clk clock.Clock) (*secretcache.Manager, fu
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	return m, func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Manager.Run: %v", err)
-		}
-	}
-}
-
-// logRecorder is a slog.Handler that lets tests wait for a log record
-// instead of sleeping.
-type logRecorder struct {
-	mu      sync.Mutex
-	msgs    []string
-	changed chan struct{}
-}
-
-func newLogRecorder() *logRecorder { return &logRecorder{changed: make(chan struct{})} }
-
-func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecorder) WithAttrs(as []slog.Attr) slog.Handler {
-	return &attrHandler{l: l, attrs: as}
-}
-func (l *logRecorder) WithGroup(string) slog.Handler { return l }
-func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	return l.record(r, nil)
-}
-
-func (l *logRecorder) record(r slog.Record, attrs []slog.Attr) error {
-	var b strings.Builder
-	b.WriteString(r.Message)
-	for _, a := range attrs {
-		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
-		return true
-	})
-	l.mu.Lock()
-	l.msgs = append(l.msgs, b.String())
-	close(l.changed)
-	l.changed = make(chan struct{})
-	l.mu.Unlock()
-	return nil
-}
-
-type attrHandler struct {
-	l     *logRecorder
-	attrs []slog.Attr
-}
-
-func (h *attrHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *attrHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &attrHandler{l: h.l, attrs: append(append([]slog.Attr(nil), h.attrs...), as...)}
-}
-func (h *attrHandler) WithGroup(string) slog.Handler { return h }
-func (h *attrHandler) Handle(_ context.Context, r slog.Record) error {
-	return h.l.record(r, h.attrs)
-}
-
-func (l *logRecorder) count(prefix string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, m := range l.msgs {
-		if strings.HasPrefix(m, prefix) {
-			n++
-		}
-	}
-	return n
-}
-
-func (l *logRecorder) all() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.msgs, "\n")
-}
-
-// waitFor blocks until n records start with prefix.
-func (l *logRecorder) waitFor(t testing.TB, prefix string, n int) {
-	t.Helper()
-	timeout := time.After(guard)
-	for {
-		l.mu.Lock()
-		ch := l.changed
-		l.mu.Unlock()
-		if l.count(prefix) >= n {
-			return
-		}
-		select {
-		case <-ch:
-		case <-timeout:
-			t.Fatalf("no %d log records %q; got:\n%s", n, prefix, l.all())
-		}
-	}
-}
-
-// metric returns the value of a counter or gauge in reg.
-func metric(t testing.TB, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue next
-				}
-			}
-			if m.Counter != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("metric %s%v not found", name, labels)
-	return 0
-}
-
-// shortTempDir returns a temporary directory with a short path, since a Unix
-// socket path holds at most 107 bytes.
-func shortTempDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "sds")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	return m, testkit.Start(t, "Manager", m.Run)
 }

@@ -14,6 +14,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
 )
 
@@ -36,7 +37,7 @@ func TestThousandStreamsOneCSR(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), guard)
+			ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)
 			defer cancel()
 			s, err := clients[i%conns].StreamSecrets(ctx)
 			if err != nil {
@@ -73,7 +74,7 @@ func TestThousandStreamsOneCSR(t *testing.T) {
 	if n := cas.csrs.Load(); n != 1 {
 		t.Errorf("%d CSRs for %d streams, want 1", n, streams)
 	}
-	if n := metric(t, cas.reg, "meshid_ca_requests_total", "code", "OK"); n != 1 {
+	if n := testkit.Metric(t, cas.reg, "meshid_ca_requests_total", "code", "OK"); n != 1 {
 		t.Errorf("the CA answered %v CreateCertificate calls, want 1", n)
 	}
 }
@@ -107,7 +108,7 @@ func TestAbruptDisconnect(t *testing.T) {
 			t.Fatalf("streams = %v, want %d", n, streams+1)
 		}
 		conn.Close() // no goodbye: the transport just goes away
-		h.logs.waitFor(t, "SDS stream closed", streams)
+		h.logs.WaitFor(t, "SDS stream closed", streams)
 
 		if n := h.metric(t, "meshid_agent_sds_streams"); n != 1 {
 			t.Errorf("streams = %v after the disconnect, want 1", n)
@@ -130,7 +131,7 @@ func TestAbruptDisconnect(t *testing.T) {
 // except the survivor's handler which is counted separately.
 func waitNoGoroutines(t *testing.T, frames ...string) {
 	t.Helper()
-	deadline := time.Now().Add(guard)
+	deadline := time.Now().Add(testkit.Guard)
 	for {
 		stacks := goroutineStacks()
 		var bad []string

@@ -10,6 +10,7 @@ import (
 
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
 )
 
@@ -26,7 +27,7 @@ func TestSocketModes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(shortTempDir(t), "a", "b", "sds.sock")
+			path := filepath.Join(testkit.ShortDir(t), "a", "b", "sds.sock")
 			srv, err := sds.New(sds.Config{Source: newFakeSource(), SocketPath: path, SocketMode: tc.mode})
 			if err != nil {
 				t.Fatal(err)
@@ -95,7 +96,7 @@ func TestNewRejects(t *testing.T) {
 }
 
 func TestStaleSocketIsReplaced(t *testing.T) {
-	path := filepath.Join(shortTempDir(t), "sds.sock")
+	path := filepath.Join(testkit.ShortDir(t), "sds.sock")
 	// A socket file nobody listens on, as a crashed agent leaves it.
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
@@ -114,7 +115,7 @@ func TestStaleSocketIsReplaced(t *testing.T) {
 	if err := srv.Listen(); err != nil {
 		t.Fatalf("Listen over a stale socket: %v", err)
 	}
-	runServer(t, srv)
+	testkit.Run(t, "sds server", srv.Run)
 	c := newSotw(t, secretv3.NewSecretDiscoveryServiceClient(dial(t, path)), nil)
 	c.request(dflt)
 	if s := c.recvSecret(); s.GetName() != dflt {
@@ -144,7 +145,7 @@ func TestRefusesWhenAnAgentIsLive(t *testing.T) {
 }
 
 func TestRefusesToReplaceOtherFiles(t *testing.T) {
-	path := filepath.Join(shortTempDir(t), "sds.sock")
+	path := filepath.Join(testkit.ShortDir(t), "sds.sock")
 	if err := os.WriteFile(path, []byte("precious"), 0o600); err != nil {
 		t.Fatal(err)
 	}

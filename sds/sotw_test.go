@@ -109,8 +109,8 @@ func TestStreamNACK(t *testing.T) {
 		if n := h.metric(t, "meshid_agent_sds_nacks_total"); n != 1 {
 			t.Errorf("nacks = %v, want 1", n)
 		}
-		if n := h.logs.count("SDS client rejected a response (NACK)"); n != 1 {
-			t.Errorf("NACK logged %d times, want 1:\n%s", n, h.logs.all())
+		if n := h.logs.Count("SDS client rejected a response (NACK)"); n != 1 {
+			t.Errorf("NACK logged %d times, want 1:\n%s", n, h.logs.All())
 		}
 		// A newer version is still sent.
 		e.rotate(t)
@@ -198,7 +198,7 @@ func TestStreamUnknownName(t *testing.T) {
 		if s := c.recvSecret(); s.GetName() != dflt {
 			t.Fatalf("got %q", s.GetName())
 		}
-		h.logs.waitFor(t, "SDS client asked for an unknown resource", 1)
+		h.logs.WaitFor(t, "SDS client asked for an unknown resource", 1)
 		if n := h.metric(t, "meshid_agent_sds_bad_requests_total", "reason", "unknown_resource"); n != 1 {
 			t.Errorf("unknown_resource = %v, want 1", n)
 		}

@@ -17,6 +17,7 @@ import (
 	pb "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/caclient"
 )
 
@@ -32,30 +33,6 @@ func newClient(t *testing.T, cfg caclient.Config) *caclient.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-func counter(t *testing.T, reg *prometheus.Registry, name, code string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.Histogram != nil {
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "code" && l.GetValue() == code {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
 
 func TestSign(t *testing.T) {
@@ -98,7 +75,7 @@ func TestSign(t *testing.T) {
 	if !strings.Contains(r.clientUA, "meshid-agent") {
 		t.Errorf("user-agent %q", r.clientUA)
 	}
-	if n := counter(t, reg, "meshid_agent_ca_request_duration_seconds", ""); n != 1 {
+	if n := testkit.Metric(t, reg, "meshid_agent_ca_request_duration_seconds"); n != 1 {
 		t.Errorf("duration samples = %v, want 1", n)
 	}
 }
@@ -153,7 +130,7 @@ func TestTokenReReadEveryRequest(t *testing.T) {
 	if n := len(ca.requests()); n != 2 {
 		t.Fatalf("%d requests, want none without a token", n)
 	}
-	if got := counter(t, reg, "meshid_agent_ca_request_failures_total", "token_file"); got != 2 {
+	if got := testkit.Metric(t, reg, "meshid_agent_ca_request_failures_total", "code", "token_file"); got != 2 {
 		t.Fatalf("failures{token_file} = %v", got)
 	}
 }
@@ -268,7 +245,7 @@ func TestInvalidResponses(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q does not mention %q", err, tc.want)
 			}
-			if got := counter(t, reg, "meshid_agent_ca_request_failures_total", "invalid_response"); got != float64(i+1) {
+			if got := testkit.Metric(t, reg, "meshid_agent_ca_request_failures_total", "code", "invalid_response"); got != float64(i+1) {
 				t.Errorf("failures{invalid_response} = %v, want %d", got, i+1)
 			}
 		})
@@ -326,7 +303,7 @@ func TestCodesPreserved(t *testing.T) {
 			if status.Code(err) != code || !strings.HasPrefix(err.Error(), "caclient: ") {
 				t.Fatalf("err = %v (code %v), want %v", err, status.Code(err), code)
 			}
-			if got := counter(t, reg, "meshid_agent_ca_request_failures_total", code.String()); got != 1 {
+			if got := testkit.Metric(t, reg, "meshid_agent_ca_request_failures_total", "code", code.String()); got != 1 {
 				t.Fatalf("failures{%s} = %v", code, got)
 			}
 		})

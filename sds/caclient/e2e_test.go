@@ -23,6 +23,7 @@ import (
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/caclient"
 	"github.com/meshid/meshid/sds/secretcache"
 )
@@ -82,16 +83,7 @@ func (r *realCA) start() {
 		r.t.Fatal(err)
 	}
 	r.addr = srv.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	r.stop = func() {
-		cancel()
-		if err := <-done; err != nil {
-			r.t.Errorf("ca server: %v", err)
-		}
-		r.stop = func() {}
-	}
+	r.stop = testkit.Start(r.t, "ca server", srv.Run)
 }
 
 // token writes a dev token for ns/sa to path.

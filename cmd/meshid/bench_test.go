@@ -23,6 +23,7 @@ import (
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/internal/bench/sdsload"
 	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/secretcache"
 )
@@ -103,15 +104,7 @@ func startBenchCA(t *testing.T, rateLimit float64, rateBurst int) (addr, stateDi
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("CA: %v", err)
-		}
-	})
+	testkit.Run(t, "CA", srv.Run)
 	return srv.Addr().String(), stateDir
 }
 
@@ -308,31 +301,7 @@ func startBenchAgent(t *testing.T) *benchAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("", "bench") // short: a socket path holds 107 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv, err := sds.New(sds.Config{Source: m, SocketPath: filepath.Join(dir, "sds.sock")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- m.Run(ctx) }()
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		for range 2 {
-			if err := <-done; err != nil {
-				t.Errorf("agent: %v", err)
-			}
-		}
-	})
-	a := &benchAgent{socket: srv.SocketPath()}
+	a := &benchAgent{socket: testkit.Agent(t, m, sds.Config{})}
 	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.URL.Path != sdsload.RotatePath {
 			http.NotFound(w, r)

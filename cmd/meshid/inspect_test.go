@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -26,6 +25,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/secretcache"
 )
@@ -286,12 +286,7 @@ func TestInspectJSONAndPEM(t *testing.T) {
 // shortSDSSocket returns a socket path short enough for sun_path.
 func shortSDSSocket(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "h4sds")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return filepath.Join(dir, "sds.sock")
+	return filepath.Join(testkit.ShortDir(t), "sds.sock")
 }
 
 // TestInspectSDS runs the real SDS server and SecretManager (the agent's
@@ -305,26 +300,7 @@ func TestInspectSDS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := shortSDSSocket(t)
-	srv, err := sds.New(sds.Config{Source: mgr, SocketPath: sock, Clock: fake})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- mgr.Run(ctx) }()
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		for range 2 {
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("agent: %v", err)
-			}
-		}
-	})
+	sock := testkit.Agent(t, mgr, sds.Config{Clock: fake})
 
 	out := meshidOK(t, "inspect", "--sds", sock)
 	lines := strings.Split(strings.TrimSpace(out), "\n")

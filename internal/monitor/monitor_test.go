@@ -1,7 +1,6 @@
 package monitor_test
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshid/meshid/internal/monitor"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 func TestEndpoints(t *testing.T) {
@@ -39,15 +39,7 @@ func TestEndpoints(t *testing.T) {
 	if err := s.Listen(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testkit.Run(t, "monitor", s.Run)
 	base := "http://" + s.Addr().String()
 	get := func(path string) (int, string) {
 		t.Helper()

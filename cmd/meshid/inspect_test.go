@@ -9,7 +9,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -283,12 +282,6 @@ func TestInspectJSONAndPEM(t *testing.T) {
 	}
 }
 
-// shortSDSSocket returns a socket path short enough for sun_path.
-func shortSDSSocket(t *testing.T) string {
-	t.Helper()
-	return filepath.Join(testkit.ShortDir(t), "sds.sock")
-}
-
 // TestInspectSDS runs the real SDS server and SecretManager (the agent's
 // parts) with the CLI-made intermediate as the CA, and inspects what a
 // proxy would be served.
@@ -339,15 +332,7 @@ func TestInspectSDS(t *testing.T) {
 }
 
 func TestInspectNotSDS(t *testing.T) {
-	sock := shortSDSSocket(t)
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
+	sock := testkit.ServeUnix(t, func(s *grpc.Server) { healthpb.RegisterHealthServer(s, health.NewServer()) })
 
 	regular := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(regular, nil, 0o600); err != nil {

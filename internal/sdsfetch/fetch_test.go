@@ -24,6 +24,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/sdsfetch"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // streamServer answers StreamSecrets with the secrets it knows and records
@@ -85,32 +86,6 @@ func respond(secrets map[string]*tlsv3.Secret, names []string) (*discoveryv3.Dis
 	return resp, len(resp.Resources) != 0
 }
 
-// socketPath is a short path: sun_path holds about 108 bytes and
-// t.TempDir() paths carry the test name.
-func socketPath(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "sds")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return filepath.Join(dir, "s.sock")
-}
-
-func serve(t *testing.T, register func(*grpc.Server)) string {
-	t.Helper()
-	path := socketPath(t)
-	lis, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	register(srv)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return path
-}
-
 func inline(b []byte) *corev3.DataSource {
 	return &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: b}}
 }
@@ -163,8 +138,8 @@ func newFixture(t *testing.T) fixture {
 func TestFetch(t *testing.T) {
 	f := newFixture(t)
 	stream := &streamServer{secrets: f.secrets}
-	streamSock := serve(t, func(s *grpc.Server) { secretv3.RegisterSecretDiscoveryServiceServer(s, stream) })
-	fetchSock := serve(t, func(s *grpc.Server) {
+	streamSock := testkit.ServeUnix(t, func(s *grpc.Server) { secretv3.RegisterSecretDiscoveryServiceServer(s, stream) })
+	fetchSock := testkit.ServeUnix(t, func(s *grpc.Server) {
 		secretv3.RegisterSecretDiscoveryServiceServer(s, &fetchServer{secrets: f.secrets})
 	})
 	for _, tc := range []struct{ name, sock string }{{"StreamSecrets", streamSock}, {"FetchSecrets fallback", fetchSock}} {
@@ -201,7 +176,7 @@ func TestFetch(t *testing.T) {
 
 func TestFetchDefaultNames(t *testing.T) {
 	f := newFixture(t)
-	sock := serve(t, func(s *grpc.Server) {
+	sock := testkit.ServeUnix(t, func(s *grpc.Server) {
 		secretv3.RegisterSecretDiscoveryServiceServer(s, &streamServer{secrets: f.secrets})
 	})
 	got, err := sdsfetch.Fetch(context.Background(), sdsfetch.Config{Socket: sock})
@@ -215,12 +190,12 @@ func TestFetchDefaultNames(t *testing.T) {
 
 func TestFetchErrors(t *testing.T) {
 	f := newFixture(t)
-	sds := serve(t, func(s *grpc.Server) {
+	sds := testkit.ServeUnix(t, func(s *grpc.Server) {
 		secretv3.RegisterSecretDiscoveryServiceServer(s, &streamServer{secrets: f.secrets})
 	})
-	notSDS := serve(t, func(s *grpc.Server) { healthpb.RegisterHealthServer(s, health.NewServer()) })
+	notSDS := testkit.ServeUnix(t, func(s *grpc.Server) { healthpb.RegisterHealthServer(s, health.NewServer()) })
 
-	garbage := socketPath(t)
+	garbage := filepath.Join(testkit.ShortDir(t), "s.sock")
 	lis, err := net.Listen("unix", garbage)
 	if err != nil {
 		t.Fatal(err)

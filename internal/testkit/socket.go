@@ -1,8 +1,12 @@
 package testkit
 
 import (
+	"net"
 	"os"
+	"path/filepath"
 	"testing"
+
+	"google.golang.org/grpc"
 )
 
 // ShortDir returns a new directory with a short path, removed when the test
@@ -16,4 +20,20 @@ func ShortDir(t testing.TB) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
+}
+
+// ServeUnix serves a gRPC server, with what register adds, on a Unix socket
+// in a ShortDir until the test ends, and returns the socket's path.
+func ServeUnix(t testing.TB, register func(*grpc.Server)) string {
+	t.Helper()
+	path := filepath.Join(ShortDir(t), "s.sock")
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	register(srv)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	return path
 }

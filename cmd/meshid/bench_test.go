@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
@@ -268,36 +266,11 @@ type benchAgent struct {
 	rotations int
 }
 
-type benchSigner struct{ a *ca.Authority }
-
-func (s benchSigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
-	csr, err := ca.ParseCSR(csrPEM)
-	if err != nil {
-		return nil, nil, err
-	}
-	id, err := x509svid.IDFromCert(&x509.Certificate{URIs: csr.URIs})
-	if err != nil {
-		return nil, nil, err
-	}
-	iss, err := s.a.Sign(ctx, ca.Request{CSR: csr, ID: id, Caller: "bench test", TTL: ttl})
-	if err != nil {
-		return nil, nil, err
-	}
-	return append([]*x509.Certificate{iss.Leaf}, iss.Chain...), iss.Roots, nil
-}
-
 func startBenchAgent(t *testing.T) *benchAgent {
 	t.Helper()
 	id := spiffeid.RequireFromString("spiffe://cluster.local/ns/bench/sa/bench-0")
-	bundle, _, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: "cluster.local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth, err := ca.New(ca.Config{TrustDomain: id.TrustDomain(), Bundle: bundle, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := secretcache.New(secretcache.Config{Signer: benchSigner{auth}, ID: id, TTL: time.Hour})
+	auth := testkit.NewAuthority(t, id.TrustDomain(), nil, nil)
+	m, err := secretcache.New(secretcache.Config{Signer: testkit.AuthoritySigner{Authority: auth, Caller: "bench test"}, ID: id, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

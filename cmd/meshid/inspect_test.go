@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -70,27 +69,6 @@ func (h cliHierarchy) authority(t *testing.T, clk clock.Clock) *ca.Authority {
 	return a
 }
 
-// caSigner is the agent's view of the CA (secretcache.Signer): the real
-// ca.Authority without the gRPC hop. The chain it returns is the leaf, then
-// the intermediate; the roots come separately, as over CreateCertificate.
-type caSigner struct{ a *ca.Authority }
-
-func (s caSigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) (chain, roots []*x509.Certificate, err error) {
-	csr, err := ca.ParseCSR(csrPEM)
-	if err != nil {
-		return nil, nil, err
-	}
-	id, err := spiffeid.FromURI(csr.URIs[0])
-	if err != nil {
-		return nil, nil, err
-	}
-	is, err := s.a.Sign(ctx, ca.Request{CSR: csr, ID: id, Caller: "default/default (test)", TTL: ttl})
-	if err != nil {
-		return nil, nil, err
-	}
-	return append([]*x509.Certificate{is.Leaf}, is.Chain...), is.Roots, nil
-}
-
 // writeLeaf has the CA issue a workload certificate at issuedAt (NotBefore
 // is a minute earlier, the CA's clock skew) for ttl, and writes the leaf
 // and the intermediate (and the key, when withKey) to a file.
@@ -104,7 +82,7 @@ func (h cliHierarchy) writeLeaf(t *testing.T, name string, issuedAt time.Time, t
 	if err != nil {
 		t.Fatal(err)
 	}
-	chain, _, err := caSigner{h.authority(t, clock.NewFake(issuedAt))}.Sign(context.Background(), certs.EncodeCSR(csr), ttl)
+	chain, _, err := testkit.AuthoritySigner{Authority: h.authority(t, clock.NewFake(issuedAt)), Caller: "default/default (test)"}.Sign(context.Background(), certs.EncodeCSR(csr), ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +267,7 @@ func TestInspectSDS(t *testing.T) {
 	fake := withCLIClock(t, cliNow.Add(-48*time.Hour))
 	h := newCLIHierarchy(t, fake)
 	id := spiffeid.RequireFromString(testWorkload)
-	mgr, err := secretcache.New(secretcache.Config{Signer: caSigner{h.authority(t, fake)}, ID: id, TTL: 12 * time.Hour, Clock: fake})
+	mgr, err := secretcache.New(secretcache.Config{Signer: testkit.AuthoritySigner{Authority: h.authority(t, fake), Caller: "default/default (test)"}, ID: id, TTL: 12 * time.Hour, Clock: fake})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,65 @@
+package testkit
+
+import (
+	"context"
+	"crypto/x509"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
+)
+
+// NewAuthority returns a real CA for td with a fresh ec-p256 self-signed
+// root, on clk (nil = the real clock), logging nothing, registering its
+// metrics with reg (nil = none).
+func NewAuthority(t testing.TB, td spiffeid.TrustDomain, clk clock.Clock, reg prometheus.Registerer) *ca.Authority {
+	t.Helper()
+	b, _, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: td.Name(), KeyType: certs.ECP256, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := ca.New(ca.Config{TrustDomain: td, Bundle: b, Clock: clk, Logger: slog.New(slog.DiscardHandler), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// AuthoritySigner is a secretcache.Signer that signs with an in-process
+// ca.Authority: the CA's whole signing path without the gRPC hop. The chain
+// it returns is the leaf then the Authority's chain; the roots come
+// separately, as over CreateCertificate.
+type AuthoritySigner struct {
+	Authority *ca.Authority
+	// ID is the identity issued to; zero = the SPIFFE ID the CSR names (the
+	// agent's CA client would prove it with a token).
+	ID spiffeid.ID
+	// Caller names the caller in the Authority's logs.
+	Caller string
+}
+
+func (s AuthoritySigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) (chain, roots []*x509.Certificate, err error) {
+	csr, err := ca.ParseCSR(csrPEM)
+	if err != nil {
+		return nil, nil, err
+	}
+	id := s.ID
+	if id.IsZero() {
+		if id, err = x509svid.IDFromCert(&x509.Certificate{URIs: csr.URIs}); err != nil {
+			return nil, nil, err
+		}
+	}
+	iss, err := s.Authority.Sign(ctx, ca.Request{CSR: csr, ID: id, Caller: s.Caller, TTL: ttl})
+	if err != nil {
+		return nil, nil, err
+	}
+	return append([]*x509.Certificate{iss.Leaf}, iss.Chain...), iss.Roots, nil
+}

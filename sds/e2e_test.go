@@ -73,21 +73,7 @@ func newCAStack(t testing.TB) *caStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jwt, err := authn.NewJWT(authn.JWTConfig{Issuer: issuer.Issuer(), JWKS: issuer.JWKS()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{
-		Authority: s.authority, Authenticator: authn.NewChain(jwt),
-		Listen: "127.0.0.1:0", Logger: quiet, Registerer: s.reg,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	testkit.Run(t, "CA server", srv.Run)
+	addr, _ := testkit.ServeCA(t, server.Config{Authority: s.authority, Authenticator: authn.NewChain(testkit.DevJWT(t, issuer)), Registerer: s.reg})
 
 	tok, err := issuer.Mint("default", "default", []string{"istio-ca"}, time.Hour, time.Now())
 	if err != nil {
@@ -99,7 +85,7 @@ func newCAStack(t testing.TB) *caStack {
 	}
 	// The client trusts every root the test will move the CA to, so that
 	// it keeps verifying the CA's serving certificate after a root change.
-	client, err := caclient.New(caclient.Config{Addr: srv.Addr().String(), Roots: allRoots, TokenFile: tokenFile})
+	client, err := caclient.New(caclient.Config{Addr: addr, Roots: allRoots, TokenFile: tokenFile})
 	if err != nil {
 		t.Fatal(err)
 	}

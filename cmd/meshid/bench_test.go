@@ -16,7 +16,6 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/ca"
-	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/internal/bench/sdsload"
@@ -90,20 +89,8 @@ func startBenchCA(t *testing.T, rateLimit float64, rateBurst int) (addr, stateDi
 	if err != nil {
 		t.Fatal(err)
 	}
-	jwt, err := authn.NewJWT(authn.JWTConfig{Issuer: iss.Issuer(), Audiences: []string{"istio-ca"}, JWKS: iss.JWKS(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Authority: auth, Authenticator: jwt, Listen: "127.0.0.1:0",
-		RateLimit: rateLimit, RateBurst: rateBurst, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	testkit.Run(t, "CA", srv.Run)
-	return srv.Addr().String(), stateDir
+	addr, _ = testkit.ServeCA(t, server.Config{Authority: auth, Authenticator: testkit.DevJWT(t, iss), RateLimit: rateLimit, RateBurst: rateBurst})
+	return addr, stateDir
 }
 
 // benchCAReport is the part of `bench ca -o json` the tests read.

@@ -59,11 +59,7 @@ func startRealCA(t testing.TB, rateLimit float64) *realCA {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jwt, err := authn.NewJWT(authn.JWTConfig{Issuer: iss.Issuer(), Audiences: []string{"istio-ca"}, JWKS: iss.JWKS(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &realCA{t: t, authority: authority, roots: bundle.Roots, issuer: iss, auth: authn.NewChain(jwt), rateLimit: rateLimit, addr: "127.0.0.1:0"}
+	r := &realCA{t: t, authority: authority, roots: bundle.Roots, issuer: iss, auth: authn.NewChain(testkit.DevJWT(t, iss)), rateLimit: rateLimit, addr: "127.0.0.1:0"}
 	r.start()
 	t.Cleanup(func() { r.stop() })
 	return r
@@ -72,18 +68,7 @@ func startRealCA(t testing.TB, rateLimit float64) *realCA {
 // start runs a server on r.addr (the same port again after stop).
 func (r *realCA) start() {
 	r.t.Helper()
-	srv, err := server.New(server.Config{
-		Authority: r.authority, Authenticator: r.auth, Listen: r.addr,
-		RateLimit: r.rateLimit, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		r.t.Fatal(err)
-	}
-	r.addr = srv.Addr().String()
-	r.stop = testkit.Start(r.t, "ca server", srv.Run)
+	r.addr, r.stop = testkit.ServeCA(r.t, server.Config{Authority: r.authority, Authenticator: r.auth, Listen: r.addr, RateLimit: r.rateLimit})
 }
 
 // token writes a dev token for ns/sa to path.

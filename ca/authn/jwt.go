@@ -15,7 +15,6 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/util/cache"
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/internal/clock"
@@ -92,7 +91,7 @@ type JWT struct {
 	lastRefresh atomic.Int64                       // unix nanos of the last reload attempt
 	kick        chan struct{}
 
-	cache    *cache.LRUExpireCache // [32]byte SHA-256 of the token -> *verifiedToken; nil when disabled
+	cache    *tokenCache // SHA-256 of the token -> *verifiedToken; nil when disabled
 	cacheTTL time.Duration
 
 	refreshes *prometheus.CounterVec
@@ -165,7 +164,7 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 		}),
 	}
 	if cfg.CacheSize > 0 {
-		j.cache = cache.NewLRUExpireCacheWithClock(cfg.CacheSize, j.clock)
+		j.cache = newTokenCache(cfg.CacheSize, j.clock)
 	}
 	switch {
 	case cfg.JWKS != nil:
@@ -293,7 +292,7 @@ func (j *JWT) Authenticate(_ context.Context, creds Credentials) (*Caller, error
 	var key [32]byte
 	if j.cache != nil {
 		key = sha256.Sum256([]byte(creds.Token))
-		if v, ok := j.cache.Get(key); ok {
+		if v, ok := j.cache.get(key); ok {
 			if vt := v.(*verifiedToken); vt.keys == j.keys.Load() {
 				j.cacheHits.Inc()
 				c := vt.caller // callers may not share one mutable value
@@ -308,7 +307,7 @@ func (j *JWT) Authenticate(_ context.Context, creds Credentials) (*Caller, error
 	}
 	if j.cache != nil {
 		if ttl := min(j.cacheTTL, caller.Expiry.Sub(j.clock.Now())); ttl > 0 {
-			j.cache.Add(key, &verifiedToken{keys: keys, caller: *caller}, ttl)
+			j.cache.add(key, &verifiedToken{keys: keys, caller: *caller}, ttl)
 		}
 	}
 	return caller, nil

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sync/singleflight"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshid/meshid/ca"
@@ -68,7 +67,7 @@ type TokenReview struct {
 	timeout     time.Duration
 	clock       clock.Clock
 	log         *slog.Logger
-	cache       *cache.LRUExpireCache // [32]byte -> reviewResult
+	cache       *tokenCache // SHA-256 of the token -> reviewResult
 	flight      singleflight.Group
 
 	requests  *prometheus.CounterVec
@@ -119,7 +118,7 @@ func NewTokenReview(cfg TokenReviewConfig) (*TokenReview, error) {
 		timeout:   cfg.Timeout,
 		clock:     clk,
 		log:       cfg.Logger,
-		cache:     cache.NewLRUExpireCacheWithClock(cfg.CacheSize, clk),
+		cache:     newTokenCache(cfg.CacheSize, clk),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshid_ca_tokenreview_requests_total",
 			Help: "TokenReview calls to the Kubernetes API server, by result (authenticated, rejected, error).",
@@ -155,7 +154,7 @@ func (t *TokenReview) Authenticate(ctx context.Context, creds Credentials) (*Cal
 		return nil, ErrNoCredentials
 	}
 	key := sha256.Sum256([]byte(creds.Token))
-	if v, ok := t.cache.Get(key); ok {
+	if v, ok := t.cache.get(key); ok {
 		t.cacheHits.Inc()
 		return v.(reviewResult).result()
 	}
@@ -163,7 +162,7 @@ func (t *TokenReview) Authenticate(ctx context.Context, creds Credentials) (*Cal
 	// containers, a retry storm) share one API call.
 	token := creds.Token
 	ch := t.flight.DoChan(string(key[:]), func() (any, error) {
-		if v, ok := t.cache.Get(key); ok {
+		if v, ok := t.cache.get(key); ok {
 			t.cacheHits.Inc()
 			return v, nil
 		}
@@ -198,7 +197,7 @@ func (r reviewResult) result() (*Caller, error) {
 func (t *TokenReview) store(key [32]byte, r reviewResult) {
 	if r.err != nil {
 		if t.negTTL > 0 {
-			t.cache.Add(key, r, t.negTTL)
+			t.cache.add(key, r, t.negTTL)
 		}
 		return
 	}
@@ -207,7 +206,7 @@ func (t *TokenReview) store(key [32]byte, r reviewResult) {
 		ttl = min(ttl, r.caller.Expiry.Sub(t.clock.Now()))
 	}
 	if ttl > 0 {
-		t.cache.Add(key, r, ttl)
+		t.cache.add(key, r, ttl)
 	}
 }
 

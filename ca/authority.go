@@ -306,6 +306,9 @@ func (a *Authority) IssueServing(pub crypto.PublicKey, dnsNames []string, ips []
 
 // audit writes the one log line of an issued certificate.
 func (a *Authority) audit(ctx context.Context, msg string, leaf *x509.Certificate, id, caller string) {
+	if !a.log.Enabled(ctx, slog.LevelInfo) {
+		return // the attributes cost a serial-to-hex conversion and allocations per certificate
+	}
 	attrs := []slog.Attr{
 		slog.String("serial", leaf.SerialNumber.Text(16)),
 		slog.String("spiffe_id", id),

@@ -23,22 +23,10 @@ type deltaSub struct {
 }
 
 // DeltaSecrets serves the incremental SDS protocol.
-func (s *Server) DeltaSecrets(gs grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]) (err error) {
+func (s *Server) DeltaSecrets(gs grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]) error {
 	st := &deltaStream{subs: map[string]*deltaSub{}}
 	st.init(s, gs, st, "delta")
-	s.metrics.streams.Inc()
-	defer func() {
-		st.end()
-		s.metrics.streams.Dec()
-		st.ended(err)
-	}()
-	for {
-		req, err := gs.Recv()
-		if err != nil {
-			return recvEnd(err)
-		}
-		st.handle(req)
-	}
+	return serve(&st.stream, gs, st)
 }
 
 func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) {

@@ -22,22 +22,10 @@ type sotwSub struct {
 }
 
 // StreamSecrets serves the state-of-the-world SDS protocol.
-func (s *Server) StreamSecrets(gs grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]) (err error) {
+func (s *Server) StreamSecrets(gs grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]) error {
 	st := &sotwStream{}
 	st.init(s, gs, st, "sotw")
-	s.metrics.streams.Inc()
-	defer func() {
-		st.end()
-		s.metrics.streams.Dec()
-		st.ended(err)
-	}()
-	for {
-		req, err := gs.Recv()
-		if err != nil {
-			return recvEnd(err)
-		}
-		st.handle(req)
-	}
+	return serve(&st.stream, gs, st)
 }
 
 func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest) {

@@ -190,6 +190,30 @@ func (s *stream) unknownLocked(name string) {
 	s.srv.log.Warn("SDS client asked for an unknown resource", s.logAttrs("resource", name)...)
 }
 
+// serve runs a stream's handler (StreamSecrets or DeltaSecrets): it counts
+// the stream among the open ones, hands each request to handle until the
+// client ends the stream, then calls end (which drops the subscriptions)
+// and logs the end. h is the protocol's stream (an interface, not method
+// values, so that serving allocates nothing more per stream).
+func serve[Req any](st *stream, gs interface{ Recv() (Req, error) }, h interface {
+	handle(Req)
+	end()
+}) (err error) {
+	st.srv.metrics.streams.Inc()
+	defer func() {
+		h.end()
+		st.srv.metrics.streams.Dec()
+		st.ended(err)
+	}()
+	for {
+		req, err := gs.Recv()
+		if err != nil {
+			return recvEnd(err)
+		}
+		h.handle(req)
+	}
+}
+
 // ended logs the end of the stream.
 func (s *stream) ended(err error) {
 	if !s.srv.debug() {

@@ -67,6 +67,16 @@ func encodeKey(t *testing.T, m mesh) []byte {
 	return b
 }
 
+// workloadCSR returns a DER CSR for the workload ID with the leaf's key.
+func workloadCSR(t *testing.T, m mesh) []byte {
+	t.Helper()
+	csr, err := certs.NewCSR(m.leafKey, mustID(t, workload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return csr
+}
+
 func mustID(t *testing.T, s string) spiffeid.ID {
 	t.Helper()
 	id, err := spiffeid.FromString(s)
@@ -125,10 +135,7 @@ func TestGoldenProblems(t *testing.T) {
 		c.Subject = pkix.Name{CommonName: "www.example.com"}
 		c.DNSNames = []string{"www.example.com"}
 	})
-	csrDER, err := certs.NewCSR(m.leafKey, mustID(t, workload))
-	if err != nil {
-		t.Fatal(err)
-	}
+	csrDER := workloadCSR(t, m)
 	inputs := []*inspect.Input{
 		mustParse(t, "expired.pem", certs.EncodeCertificates(expired), inter),
 		mustParse(t, "future.pem", certs.EncodeCertificates(future), inter),

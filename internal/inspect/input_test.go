@@ -15,14 +15,7 @@ import (
 func TestParsePEMErrors(t *testing.T) {
 	m := newMesh(t)
 	cert := certs.EncodeCertificates(m.leaf)
-	key, err := certs.EncodePrivateKey(m.leafKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := certs.NewCSR(m.leafKey, mustID(t, workload))
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, csr := encodeKey(t, m), workloadCSR(t, m)
 	tests := []struct {
 		name string
 		data []byte
@@ -60,14 +53,7 @@ func TestParsePEMErrors(t *testing.T) {
 
 func TestParsePEMContents(t *testing.T) {
 	m := newMesh(t)
-	key, err := certs.EncodePrivateKey(m.leafKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := certs.NewCSR(m.leafKey, mustID(t, workload))
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, csr := encodeKey(t, m), workloadCSR(t, m)
 	tests := []struct {
 		name    string
 		data    []byte

@@ -19,6 +19,7 @@ import (
 	"github.com/meshid/meshid/ca/kube"
 	"github.com/meshid/meshid/ca/kube/internal/kubetest"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 const caNS = "istio-system"
@@ -66,15 +67,7 @@ func newController(t *testing.T, client *fake.Clientset, id string) *kube.Contro
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testkit.Run(t, "controller", c.Run)
 	return c
 }
 

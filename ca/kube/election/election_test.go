@@ -18,6 +18,7 @@ import (
 
 	"github.com/meshid/meshid/ca/kube/election"
 	"github.com/meshid/meshid/ca/kube/internal/kubetest"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 const ns = "istio-system"
@@ -204,15 +205,5 @@ func TestNewValidates(t *testing.T) {
 
 func gauge(t *testing.T, g prometheus.Gatherer) float64 {
 	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "meshid_ca_leader" {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatal("no meshid_ca_leader metric")
-	return 0
+	return testkit.Metric(t, g, "meshid_ca_leader")
 }

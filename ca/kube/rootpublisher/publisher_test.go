@@ -14,6 +14,7 @@ import (
 	"github.com/meshid/meshid/ca/kube/internal/kubetest"
 	"github.com/meshid/meshid/ca/kube/rootpublisher"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 const name = rootpublisher.DefaultConfigMapName
@@ -36,17 +37,7 @@ func newHarness(t *testing.T, workers int, objs ...runtime.Object) *harness {
 	return h
 }
 
-func (h *harness) run() {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.pub.Run(ctx) }()
-	h.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			h.t.Errorf("Run: %v", err)
-		}
-	})
-}
+func (h *harness) run() { testkit.Run(h.t, "publisher", h.pub.Run) }
 
 func (h *harness) configMap(ns string) *corev1.ConfigMap {
 	cm, err := h.client.CoreV1().ConfigMaps(ns).Get(context.Background(), name, metav1.GetOptions{})

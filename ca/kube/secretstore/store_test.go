@@ -19,6 +19,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube/internal/kubetest"
 	"github.com/meshid/meshid/ca/kube/secretstore"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 const ns = "istio-system"
@@ -54,17 +55,7 @@ func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 }
 
 // run starts fn(ctx) in the background until the test ends.
-func (h *harness) run(fn func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
-	h.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			h.t.Errorf("run: %v", err)
-		}
-	})
-}
+func (h *harness) run(fn func(context.Context) error) { testkit.Run(h.t, "store", fn) }
 
 func (h *harness) seenCerts() []*x509.Certificate {
 	h.mu.Lock()

@@ -3,8 +3,12 @@
 #
 # It starts `meshid dev` on its own ports and state directory, then runs
 #   1. bench ca: a concurrency sweep with ec-p256 leaf keys (and a chart),
-#   2. bench ca: the same load with rsa-2048 leaf keys at one concurrency,
-#   3. bench sds: STREAMS SDS streams, the dev process's RSS, and a forced
+#   2. bench ca: the same sweep with rsa-2048 leaf keys,
+#      both with the in-process crypto bound and the CA's CPU per certificate
+#      (--ca-pid: the dev process),
+#   3. bench sds: OPEN_STREAMS streams opened one at a time (a cached default
+#      reaching each new stream),
+#   4. bench sds: STREAMS SDS streams, the dev process's RSS, and a forced
 #      rotation's fan-out,
 # printing each report, and stops `meshid dev` again. Every setting below can
 # be overridden from the environment, e.g. DURATION=10s SWEEP=1,2,4,8,16,32,64.
@@ -20,9 +24,9 @@ CA_MONITORING=${CA_MONITORING:-127.0.0.1:25014}
 AGENT_ADMIN=${AGENT_ADMIN:-127.0.0.1:25020}
 DURATION=${DURATION:-5s}
 SWEEP=${SWEEP:-1,8,64}
-CONCURRENCY=${CONCURRENCY:-8}
 SERVICE_ACCOUNTS=${SERVICE_ACCOUNTS:-100}
 STREAMS=${STREAMS:-1000}
+OPEN_STREAMS=${OPEN_STREAMS:-1000}
 CHART=${CHART:-docs/ca-throughput.svg}
 
 "$BIN" dev --state-dir "$STATE" --listen "$CA_ADDR" --monitoring-listen "$CA_MONITORING" \
@@ -53,11 +57,14 @@ fi
 
 echo "== meshid bench ca: ec-p256 leaf keys, sweep $SWEEP, $DURATION per level"
 "$BIN" bench ca --addr "$CA_ADDR" --dev-state-dir "$STATE" --service-accounts "$SERVICE_ACCOUNTS" \
-	--pregen-keys --crypto-bound --duration "$DURATION" --sweep "$SWEEP" --chart "$CHART"
+	--pregen-keys --crypto-bound --ca-pid "$dev" --duration "$DURATION" --sweep "$SWEEP" --chart "$CHART"
 
-echo "== meshid bench ca: rsa-2048 leaf keys, concurrency $CONCURRENCY, $DURATION"
+echo "== meshid bench ca: rsa-2048 leaf keys, sweep $SWEEP, $DURATION per level"
 "$BIN" bench ca --addr "$CA_ADDR" --dev-state-dir "$STATE" --service-accounts "$SERVICE_ACCOUNTS" \
-	--pregen-keys --crypto-bound --key-type rsa-2048 --duration "$DURATION" --concurrency "$CONCURRENCY"
+	--pregen-keys --crypto-bound --ca-pid "$dev" --key-type rsa-2048 --duration "$DURATION" --sweep "$SWEEP"
+
+echo "== meshid bench sds: $OPEN_STREAMS streams opened one at a time"
+"$BIN" bench sds --sds-socket "$STATE/sds.sock" --streams "$OPEN_STREAMS" --open-concurrency 1
 
 echo "== meshid bench sds: $STREAMS streams, forced rotation"
 "$BIN" bench sds --sds-socket "$STATE/sds.sock" --streams "$STREAMS" --agent-pid "$dev" \

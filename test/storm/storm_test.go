@@ -150,7 +150,10 @@ func TestRotationStorm(t *testing.T) {
 		if renewed == agents {
 			break
 		}
-		if now.Sub(t0) > ttl {
+		// Agents are certified within minutes and renew before their
+		// certificates expire (checked above), so all have renewed well
+		// within two lifetimes; this only bounds a broken run.
+		if now.Sub(t0) > 2*ttl {
 			t.Fatalf("after %s, %d agents hold a certificate and %d renewed theirs", now.Sub(t0), holding, renewed)
 		}
 		next, ok := clk.NextDeadline()

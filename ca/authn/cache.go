@@ -1,6 +1,7 @@
 package authn
 
 import (
+	"crypto/sha256"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/cache"
@@ -45,3 +46,14 @@ func (c *tokenCache) shard(key [32]byte) *cache.LRUExpireCache {
 func (c *tokenCache) get(key [32]byte) (any, bool) { return c.shard(key).Get(key) }
 
 func (c *tokenCache) add(key [32]byte, v any, ttl time.Duration) { c.shard(key).Add(key, v, ttl) }
+
+// tokenKey is the cache key of a token: its SHA-256. The token is copied
+// into a stack buffer rather than converted with []byte(token), which
+// allocates a heap copy of the whole token on every request.
+func tokenKey(token string) [32]byte {
+	var buf [2048]byte // a service-account JWT is about 1 KiB
+	if len(token) <= len(buf) {
+		return sha256.Sum256(append(buf[:0], token...))
+	}
+	return sha256.Sum256([]byte(token))
+}

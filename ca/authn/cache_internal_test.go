@@ -38,3 +38,16 @@ func TestTokenCacheShards(t *testing.T) {
 		t.Error("entry served after its TTL")
 	}
 }
+
+func TestTokenKey(t *testing.T) {
+	for _, n := range []int{0, 1, 700, 2047, 2048, 2049, 10000} {
+		tok := string(make([]byte, n))
+		if got, want := tokenKey(tok), sha256.Sum256([]byte(tok)); got != want {
+			t.Errorf("%d-byte token: key %x, want its SHA-256 %x", n, got, want)
+		}
+	}
+	tok := string(make([]byte, 1200))
+	if allocs := testing.AllocsPerRun(100, func() { _ = tokenKey(tok) }); allocs != 0 {
+		t.Errorf("tokenKey of a 1200-byte token allocates %v times", allocs)
+	}
+}

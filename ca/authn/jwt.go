@@ -2,7 +2,6 @@ package authn
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -291,7 +290,7 @@ func (j *JWT) Authenticate(_ context.Context, creds Credentials) (*Caller, error
 	}
 	var key [32]byte
 	if j.cache != nil {
-		key = sha256.Sum256([]byte(creds.Token))
+		key = tokenKey(creds.Token)
 		if v, ok := j.cache.get(key); ok {
 			if vt := v.(*verifiedToken); vt.keys == j.keys.Load() {
 				j.cacheHits.Inc()

@@ -2,7 +2,6 @@ package authn
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -153,7 +152,7 @@ func (t *TokenReview) Authenticate(ctx context.Context, creds Credentials) (*Cal
 	if creds.Token == "" {
 		return nil, ErrNoCredentials
 	}
-	key := sha256.Sum256([]byte(creds.Token))
+	key := tokenKey(creds.Token)
 	if v, ok := t.cache.get(key); ok {
 		t.cacheHits.Inc()
 		return v.(reviewResult).result()

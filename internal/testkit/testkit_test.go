@@ -1,0 +1,151 @@
+package testkit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/meshid/meshid/internal/testkit"
+)
+
+// recorder is a testing.TB that records failures instead of failing the
+// test, so that the helpers' own failures can be checked.
+type recorder struct {
+	testing.TB
+	mu     sync.Mutex
+	errors []string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+	r.mu.Unlock()
+}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.Errorf(format, args...)
+	runtime.Goexit()
+}
+func (r *recorder) Fatal(args ...any) { r.Fatalf("%s", fmt.Sprint(args...)) }
+
+func (r *recorder) failures() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.errors, "\n")
+}
+
+// call runs fn with a recorder on its own goroutine (Fatalf ends it).
+func call(t *testing.T, fn func(tb testing.TB)) *recorder {
+	r := &recorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(r)
+	}()
+	<-done
+	return r
+}
+
+func TestMetric(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "c_total"}, []string{"code", "kind"})
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"})
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "h_seconds"})
+	reg.MustRegister(c, g, h)
+	c.WithLabelValues("OK", "a").Add(2)
+	c.WithLabelValues("OK", "b").Add(3)
+	c.WithLabelValues("Unavailable", "a").Add(5)
+	g.Set(-7)
+	h.Observe(1)
+	h.Observe(2)
+	tests := []struct {
+		name   string
+		metric string
+		labels []string
+		want   float64
+	}{
+		{"one labelled sample", "c_total", []string{"code", "Unavailable"}, 5},
+		{"all labels", "c_total", []string{"code", "OK", "kind", "b"}, 3},
+		{"gauge", "g", nil, -7},
+		{"histogram count", "h_seconds", nil, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := testkit.Metric(t, reg, tt.metric, tt.labels...); got != tt.want {
+				t.Errorf("Metric = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	for _, absent := range [][]string{{"nope"}, {"c_total", "code", "PermissionDenied"}} {
+		r := call(t, func(tb testing.TB) { testkit.Metric(tb, reg, absent[0], absent[1:]...) })
+		if !strings.Contains(r.failures(), "not found") {
+			t.Errorf("Metric(%v) of an absent sample: failures %q, want not found", absent, r.failures())
+		}
+	}
+}
+
+func TestStartChecksRunErrors(t *testing.T) {
+	ok := func(ctx context.Context) error { <-ctx.Done(); return nil }
+	bad := func(ctx context.Context) error { <-ctx.Done(); return errors.New("boom") }
+	r := call(t, func(tb testing.TB) {
+		stop := testkit.Start(tb, "pair", ok, bad)
+		stop()
+		stop() // idempotent
+	})
+	if got := r.failures(); got != "pair: Run: boom" {
+		t.Errorf("failures %q, want one for the failing run", got)
+	}
+	r = call(t, func(tb testing.TB) { testkit.Start(tb, "fine", ok, ok)() })
+	if got := r.failures(); got != "" {
+		t.Errorf("failures %q for runs returning nil", got)
+	}
+}
+
+func TestLogRecorder(t *testing.T) {
+	l := testkit.NewLogRecorder()
+	log := slog.New(l).With("api", "sotw")
+	go func() {
+		for i := range 3 {
+			log.Info("stream closed", "n", i)
+		}
+		slog.New(l).Warn("other")
+	}()
+	l.WaitFor(t, "stream closed api=sotw", 3)
+	l.WaitFor(t, "other", 1)
+	if n := l.Count("stream closed"); n != 3 {
+		t.Errorf("Count = %d, want 3", n)
+	}
+	if n := l.Count("closed"); n != 0 {
+		t.Errorf("Count matched a record not starting with the prefix")
+	}
+	if all := l.All(); !strings.Contains(all, "stream closed api=sotw n=2") {
+		t.Errorf("All lacks the attributes:\n%s", all)
+	}
+}
+
+func TestServeUnix(t *testing.T) {
+	path := testkit.ServeUnix(t, func(s *grpc.Server) { healthpb.RegisterHealthServer(s, health.NewServer()) })
+	if len(path) > 107 {
+		t.Fatalf("socket path %d bytes long: %s", len(path), path)
+	}
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("Check = %v, %v", resp, err)
+	}
+}

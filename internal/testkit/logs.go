@@ -68,11 +68,21 @@ func (h *attrHandler) Handle(_ context.Context, r slog.Record) error {
 
 // Count returns how many records start with prefix.
 func (l *LogRecorder) Count(prefix string) int {
+	return l.count(func(m string) bool { return strings.HasPrefix(m, prefix) })
+}
+
+// CountContaining returns how many records contain sub, in the message or
+// an attribute.
+func (l *LogRecorder) CountContaining(sub string) int {
+	return l.count(func(m string) bool { return strings.Contains(m, sub) })
+}
+
+func (l *LogRecorder) count(match func(string) bool) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
 	for _, m := range l.msgs {
-		if strings.HasPrefix(m, prefix) {
+		if match(m) {
 			n++
 		}
 	}
@@ -90,18 +100,30 @@ func (l *LogRecorder) All() string {
 // after Guard.
 func (l *LogRecorder) WaitFor(t testing.TB, prefix string, n int) {
 	t.Helper()
+	l.waitFor(t, prefix, n, l.Count)
+}
+
+// WaitForContaining blocks until n records contain sub, and fails the test
+// after Guard.
+func (l *LogRecorder) WaitForContaining(t testing.TB, sub string, n int) {
+	t.Helper()
+	l.waitFor(t, sub, n, l.CountContaining)
+}
+
+func (l *LogRecorder) waitFor(t testing.TB, what string, n int, count func(string) int) {
+	t.Helper()
 	timeout := time.After(Guard)
 	for {
 		l.mu.Lock()
 		ch := l.changed
 		l.mu.Unlock()
-		if l.Count(prefix) >= n {
+		if count(what) >= n {
 			return
 		}
 		select {
 		case <-ch:
 		case <-timeout:
-			t.Fatalf("no %d log records %q; got:\n%s", n, prefix, l.All())
+			t.Fatalf("no %d log records %q; got:\n%s", n, what, l.All())
 		}
 	}
 }

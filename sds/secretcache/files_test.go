@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -82,7 +83,7 @@ func TestFileCertSymlinkSwap(t *testing.T) {
 	}
 	ch := watch(t, f.m, name)
 	f.run(t)
-	f.logs.waitFor(t, "watching directory", 1)
+	f.logs.WaitForContaining(t, "watching directory", 1)
 
 	// The kubelet's atomic update: a new timestamped directory, a new
 	// symlink renamed over ..data, the old directory removed.
@@ -120,18 +121,18 @@ func TestFileRootHalfWrittenNotServed(t *testing.T) {
 	}
 	ch := watch(t, f.m, name)
 	f.run(t)
-	f.logs.waitFor(t, "watching directory", 1)
+	f.logs.WaitForContaining(t, "watching directory", 1)
 
 	next := certs.EncodeCertificates(c.cert, d.cert)
 	// A writer that stopped in the middle of the last block.
 	if err := os.WriteFile(path, next[:len(next)-100], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.logs.waitFor(t, "file secret not reloaded", 1)
+	f.logs.WaitForContaining(t, "file secret not reloaded", 1)
 	if s := mustSecret(t, f.m, name); s.Version != r1.Version {
 		t.Fatal("a half-written bundle replaced the last good one")
 	}
-	if v := metricValue(t, f.reg, "meshid_agent_file_secret_failures_total"); v < 1 {
+	if v := testkit.Metric(t, f.reg, "meshid_agent_file_secret_failures_total"); v < 1 {
 		t.Fatalf("file failures = %v", v)
 	}
 	writeFile(t, path, next)
@@ -153,21 +154,21 @@ func TestFileCertMismatchedKeyNotServed(t *testing.T) {
 	v1 := mustSecret(t, f.m, name)
 	ch := watch(t, f.m, name)
 	f.run(t)
-	f.logs.waitFor(t, "watching directory", 1)
+	f.logs.WaitForContaining(t, "watching directory", 1)
 
 	// The certificate is replaced first: it does not match the old key.
 	writeFile(t, certPath, p2.certPEM)
-	f.logs.waitFor(t, "does not match the certificate", 1)
+	f.logs.WaitForContaining(t, "does not match the certificate", 1)
 	if s := mustSecret(t, f.m, name); s.Version != v1.Version {
 		t.Fatal("a certificate with a mismatched key was served")
 	}
 	// A truncated key is not served either.
 	writeFile(t, keyPath, p2.keyPEM[:len(p2.keyPEM)/2])
-	f.logs.waitFor(t, "no PEM data", 1)
+	f.logs.WaitForContaining(t, "no PEM data", 1)
 	if s := mustSecret(t, f.m, name); s.Version != v1.Version {
 		t.Fatal("a truncated key was served")
 	}
-	if containsFold(f.logs.all(), string(p2.keyPEM[40:80])) {
+	if containsFold(f.logs.All(), string(p2.keyPEM[40:80])) {
 		t.Fatal("key material in the logs")
 	}
 	writeFile(t, keyPath, p2.keyPEM)
@@ -188,7 +189,7 @@ func TestFileAppearsLater(t *testing.T) {
 	}
 	ch := watch(t, f.m, name)
 	f.run(t)
-	f.logs.waitFor(t, "watching directory", 1)
+	f.logs.WaitForContaining(t, "watching directory", 1)
 	p := newPair(t, "late")
 	writeFile(t, keyPath, p.keyPEM)
 	writeFile(t, certPath, p.certPEM)

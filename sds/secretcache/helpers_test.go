@@ -7,10 +7,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -165,119 +164,17 @@ func (ca *testCA) csr() *x509.CertificateRequest {
 	return ca.lastCSR
 }
 
-// logRecorder is a slog.Handler that keeps every record, so tests can wait
-// for an event the Manager logs (such as a file watch being set up).
-type logRecorder struct {
-	mu      sync.Mutex
-	msgs    []string
-	changed chan struct{}
-}
-
-func newLogRecorder() *logRecorder { return &logRecorder{changed: make(chan struct{})} }
-
-func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return l }
-func (l *logRecorder) WithGroup(string) slog.Handler            { return l }
-func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
-	b.WriteString(r.Message)
-	r.Attrs(func(a slog.Attr) bool {
-		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
-		return true
-	})
-	l.mu.Lock()
-	l.msgs = append(l.msgs, b.String())
-	close(l.changed)
-	l.changed = make(chan struct{})
-	l.mu.Unlock()
-	return nil
-}
-
-// count returns how many records contain sub (message or attributes).
-func (l *logRecorder) count(sub string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, m := range l.msgs {
-		if strings.Contains(m, sub) {
-			n++
-		}
-	}
-	return n
-}
-
-func (l *logRecorder) all() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.msgs, "\n")
-}
-
-// waitFor waits until at least n records contain prefix.
-func (l *logRecorder) waitFor(t *testing.T, prefix string, n int) {
-	t.Helper()
-	guard := time.After(20 * time.Second)
-	for {
-		l.mu.Lock()
-		ch := l.changed
-		l.mu.Unlock()
-		if l.count(prefix) >= n {
-			return
-		}
-		select {
-		case <-ch:
-		case <-guard:
-			t.Fatalf("no %d log records %q; got:\n%s", n, prefix, l.all())
-		}
-	}
-}
-
-// metricValue returns the value of a counter or gauge sample whose labels
-// include labels.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	return 0
-}
-
 type fixture struct {
 	clock *clock.Fake
 	ca    *testCA
 	reg   *prometheus.Registry
-	logs  *logRecorder
+	logs  *testkit.LogRecorder
 	m     *secretcache.Manager
 }
 
 func newFixture(t *testing.T, mod func(*secretcache.Config)) *fixture {
 	t.Helper()
-	f := &fixture{clock: clock.NewFake(epoch), reg: prometheus.NewRegistry(), logs: newLogRecorder()}
+	f := &fixture{clock: clock.NewFake(epoch), reg: prometheus.NewRegistry(), logs: testkit.NewLogRecorder()}
 	f.ca = newTestCA(t, f.clock)
 	cfg := secretcache.Config{
 		Signer:     f.ca,

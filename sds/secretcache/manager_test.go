@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -94,7 +95,7 @@ func TestDefaultAndRootsByKeyType(t *testing.T) {
 			if err := f.m.Ready(); err != nil {
 				t.Errorf("Ready: %v", err)
 			}
-			if got, want := metricValue(t, f.reg, "meshid_agent_cert_expiry_seconds"), time.Hour.Seconds(); got != want {
+			if got, want := testkit.Metric(t, f.reg, "meshid_agent_cert_expiry_seconds"), time.Hour.Seconds(); got != want {
 				t.Errorf("expiry gauge %v, want %v", got, want)
 			}
 		})
@@ -224,7 +225,7 @@ func TestInvalidResponsesRejected(t *testing.T) {
 			if !containsFold(err.Error(), tc.want) {
 				t.Errorf("error %q does not mention %q", err, tc.want)
 			}
-			if got := metricValue(t, f.reg, "meshid_agent_ca_failures_total", "code", "invalid_response"); got != 1 {
+			if got := testkit.Metric(t, f.reg, "meshid_agent_ca_failures_total", "code", "invalid_response"); got != 1 {
 				t.Errorf("invalid_response failures = %v, want 1", got)
 			}
 			if f.m.Ready() == nil {
@@ -260,7 +261,7 @@ func TestCodesPreserved(t *testing.T) {
 	if err := f.m.Rotate(context.Background()); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("Rotate: %v", err)
 	}
-	if got := metricValue(t, f.reg, "meshid_agent_ca_failures_total", "code", "PermissionDenied"); got != 2 {
+	if got := testkit.Metric(t, f.reg, "meshid_agent_ca_failures_total", "code", "PermissionDenied"); got != 2 {
 		t.Fatalf("PermissionDenied failures = %v, want 2", got)
 	}
 }

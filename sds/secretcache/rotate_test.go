@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -48,7 +49,7 @@ func TestRotationAtGracePoint(t *testing.T) {
 		t.Fatalf("ROOTCA pushed although the roots did not change (version %s)", r.Version)
 	default:
 	}
-	if n := metricValue(t, f.reg, "meshid_agent_rotations_total"); n != 2 {
+	if n := testkit.Metric(t, f.reg, "meshid_agent_rotations_total"); n != 2 {
 		t.Fatalf("rotations_total = %v, want 2", n)
 	}
 	// The scheduler re-arms for the new certificate.
@@ -56,7 +57,7 @@ func TestRotationAtGracePoint(t *testing.T) {
 	if want := got.Chain[0].NotBefore.Add(ttl / 2); next.Sub(want).Abs() > ttl/100 {
 		t.Fatalf("next renewal at %v, want about %v", next, want)
 	}
-	if g := metricValue(t, f.reg, "meshid_agent_cert_expiry_seconds"); g != got.NotAfter.Sub(f.clock.Now()).Seconds() {
+	if g := testkit.Metric(t, f.reg, "meshid_agent_cert_expiry_seconds"); g != got.NotAfter.Sub(f.clock.Now()).Seconds() {
 		t.Fatalf("expiry gauge %v", g)
 	}
 }
@@ -138,10 +139,10 @@ func TestCAOutage(t *testing.T) {
 	if f.ca.calls.Load() != calls {
 		t.Fatal("Secret sent a CSR although a valid certificate is cached")
 	}
-	if want := float64(9); metricValue(t, f.reg, "meshid_agent_ca_failures_total", "code", "Unavailable") != want {
-		t.Fatalf("failures_total{Unavailable} = %v, want %v", metricValue(t, f.reg, "meshid_agent_ca_failures_total", "code", "Unavailable"), want)
+	if want := float64(9); testkit.Metric(t, f.reg, "meshid_agent_ca_failures_total", "code", "Unavailable") != want {
+		t.Fatalf("failures_total{Unavailable} = %v, want %v", testkit.Metric(t, f.reg, "meshid_agent_ca_failures_total", "code", "Unavailable"), want)
 	}
-	if n := f.logs.count("CA request failed"); n != 9 {
+	if n := f.logs.CountContaining("CA request failed"); n != 9 {
 		t.Fatalf("%d failure log lines, want 9", n)
 	}
 
@@ -157,7 +158,7 @@ func TestCAOutage(t *testing.T) {
 	if f.m.Ready() == nil {
 		t.Fatal("Ready with an expired certificate")
 	}
-	if g := metricValue(t, f.reg, "meshid_agent_cert_expiry_seconds"); g > 0 {
+	if g := testkit.Metric(t, f.reg, "meshid_agent_cert_expiry_seconds"); g > 0 {
 		t.Fatalf("expiry gauge %v after expiry", g)
 	}
 	select {
@@ -215,7 +216,7 @@ func TestResourceExhaustedBacksOff(t *testing.T) {
 	if d == nil || r == nil || !r.Roots[0].Equal(f.ca.currentRoot()) {
 		t.Fatal("bad first push")
 	}
-	if got := metricValue(t, f.reg, "meshid_agent_ca_failures_total", "code", "ResourceExhausted"); got != 4 {
+	if got := testkit.Metric(t, f.reg, "meshid_agent_ca_failures_total", "code", "ResourceExhausted"); got != 4 {
 		t.Fatalf("failures{ResourceExhausted} = %v, want 4", got)
 	}
 }

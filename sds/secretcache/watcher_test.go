@@ -49,7 +49,7 @@ func TestFileWatcherOnlyWhenNeeded(t *testing.T) {
 	if s := mustSecret(t, f.m, name); !s.Roots[0].Equal(p1.cert) {
 		t.Fatal("wrong root")
 	}
-	f.logs.waitFor(t, "watching directory", 1)
+	f.logs.WaitForContaining(t, "watching directory", 1)
 	if n := inotifyInstances(t) - before; n != 1 {
 		t.Fatalf("%d inotify instances once a file is in use, want 1", n)
 	}

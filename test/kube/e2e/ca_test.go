@@ -46,6 +46,27 @@ func (w workloadFixture) token(t *testing.T, audiences ...string) string {
 	return tok
 }
 
+// deletedPodToken returns an istio-ca token bound to a pod of the workload's
+// service account that is deleted before the token is returned, so no CA
+// can have reviewed it while the pod existed. Only TokenReview sees the
+// deletion: an offline JWT check would accept the token until its exp.
+func (w workloadFixture) deletedPodToken(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	gone, err := cluster.CreatePod(ctx, w.ns, "gone", w.sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := cluster.Token(ctx, harness.TokenSpec{Namespace: w.ns, ServiceAccount: w.sa, Audiences: []string{"istio-ca"}, Pod: gone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.DeletePod(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
 // expiredToken re-signs a genuine token's claims with the cluster's
 // service-account key and an exp in the past: a real, expired token. The
 // API server's minimum TokenRequest lifetime (10m) rules out waiting for one.
@@ -72,17 +93,7 @@ func TestAPIServerTokenFacts(t *testing.T) {
 	ctx := context.Background()
 	w := newWorkload(t, "facts")
 	good := w.token(t, "istio-ca")
-	gone, err := cluster.CreatePod(ctx, w.ns, "gone", w.sa)
-	if err != nil {
-		t.Fatal(err)
-	}
-	goneTok, err := cluster.Token(ctx, harness.TokenSpec{Namespace: w.ns, ServiceAccount: w.sa, Audiences: []string{"istio-ca"}, Pod: gone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.DeletePod(ctx, gone); err != nil {
-		t.Fatal(err)
-	}
+	goneTok := w.deletedPodToken(t)
 	cases := []struct {
 		name     string
 		token    string
@@ -124,21 +135,7 @@ func TestCAWithTokenReview(t *testing.T) {
 	ca.connect(t, ca.stateRoots(t))
 	w := newWorkload(t, "ca-e2e")
 	good := w.token(t, "istio-ca")
-
-	gone, err := cluster.CreatePod(ctx, w.ns, "gone", w.sa)
-	if err != nil {
-		t.Fatal(err)
-	}
-	goneTok, err := cluster.Token(ctx, harness.TokenSpec{Namespace: w.ns, ServiceAccount: w.sa, Audiences: []string{"istio-ca"}, Pod: gone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Deleted before the token is ever shown to the CA, so no cached
-	// review can hide the deletion. Only TokenReview sees this: an offline
-	// JWT check would accept the token until its exp.
-	if err := cluster.DeletePod(ctx, gone); err != nil {
-		t.Fatal(err)
-	}
+	goneTok := w.deletedPodToken(t)
 
 	cases := []struct {
 		name  string

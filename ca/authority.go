@@ -57,9 +57,8 @@ type Authority struct {
 
 // Request asks for a leaf certificate.
 type Request struct {
-	// CSR is the request, as returned by ParseCSR, which has checked its
-	// signature. (A CSR from elsewhere has its signature checked by Sign.)
-	CSR    *x509.CertificateRequest
+	// CSR is the verified request, from ParseCSR or VerifyCSR.
+	CSR    *CSR
 	ID     spiffeid.ID   // the identity the caller PROVED (from authn)
 	Caller string        // for the audit log, e.g. "ns/sa (jwt)"
 	TTL    time.Duration // 0 = default; > MaxTTL = InvalidArgument
@@ -189,22 +188,18 @@ func (a *Authority) sign(ctx context.Context, is *issuer, req Request, now time.
 	if req.ID.TrustDomain() != a.td {
 		return nil, reject(reasonIdentity, KindPermissionDenied, "identity %q is not in trust domain %q", req.ID.String(), a.td.Name())
 	}
-	if req.CSR == nil {
+	if req.CSR == nil || req.CSR.req == nil {
 		return nil, reject(reasonBadCSR, KindInvalidArgument, "request has no CSR")
 	}
-	if !isVerified(req.CSR) {
-		if err := req.CSR.CheckSignature(); err != nil {
-			return nil, &rejection{reason: reasonBadCSR, err: &Error{Kind: KindInvalidArgument, Msg: "CSR signature does not verify", Err: err}}
-		}
-	}
-	if err := checkCSR(req.CSR, req.ID); err != nil {
+	csr := req.CSR.req // its key and signature were checked by VerifyCSR
+	if err := checkCSR(csr, req.ID); err != nil {
 		return nil, err
 	}
 	notBefore, notAfter, err := a.validity(is, now, req.TTL)
 	if err != nil {
 		return nil, err
 	}
-	spki, err := x509.MarshalPKIXPublicKey(req.CSR.PublicKey)
+	spki, err := x509.MarshalPKIXPublicKey(csr.PublicKey)
 	if err != nil {
 		return nil, reject(reasonWeakKey, KindInvalidArgument, "CSR public key cannot be encoded")
 	}
@@ -212,7 +207,7 @@ func (a *Authority) sign(ctx context.Context, is *issuer, req Request, now time.
 	if err != nil {
 		return nil, Wrap(KindInternal, err, "serial number")
 	}
-	_, isRSA := req.CSR.PublicKey.(*rsa.PublicKey)
+	_, isRSA := csr.PublicKey.(*rsa.PublicKey)
 	leaf, err := is.issue(&leafSpec{
 		serial:    serial,
 		notBefore: notBefore,

@@ -20,10 +20,13 @@ import (
 // MaxCSRSize is the largest PEM CSR ParseCSR accepts: 64 KiB.
 const MaxCSRSize = 64 << 10
 
-// Leaf key limits.
+// Leaf key limits. The RSA public exponent must be 65537 (F4), what every
+// key generator uses: a huge exponent, like a huge modulus, makes the CSR's
+// signature check cost seconds of CPU.
 const (
-	MinRSABits = 2048
-	MaxRSABits = 8192
+	MinRSABits  = 2048
+	MaxRSABits  = 8192
+	RSAExponent = 65537
 )
 
 // Failure reasons, the values of the reason label of
@@ -62,15 +65,16 @@ var (
 	oidSubjectAltName   = asn1.ObjectIdentifier{2, 5, 29, 17}
 )
 
-// ParseCSR parses a PEM certificate request and checks its signature, the
-// proof that the caller holds the private key. It returns InvalidArgument
-// for input over MaxCSRSize, anything but exactly one CERTIFICATE REQUEST
-// PEM block, a malformed CSR or a bad signature.
+// ParseCSR parses a PEM certificate request, checks its key type and size
+// (before anything costly) and its signature, the proof that the caller
+// holds the private key. It returns InvalidArgument for input over
+// MaxCSRSize, anything but exactly one CERTIFICATE REQUEST PEM block, a
+// malformed CSR, a key the policy refuses or a bad signature.
 //
 // cfssl's helpers.ParseCSR is not used: it accepts DER as well as PEM,
 // ignores further PEM blocks and reports a bad signature like a malformed
 // CSR, where this policy needs strict input and distinct messages.
-func ParseCSR(pemData []byte) (*x509.CertificateRequest, error) {
+func ParseCSR(pemData []byte) (*CSR, error) {
 	if len(pemData) > MaxCSRSize {
 		return nil, Errorf(KindInvalidArgument, "CSR is %d bytes, more than the %d KiB limit", len(pemData), MaxCSRSize>>10)
 	}
@@ -95,11 +99,7 @@ func ParseCSR(pemData []byte) (*x509.CertificateRequest, error) {
 	if err != nil {
 		return nil, Wrap(KindInvalidArgument, err, "CSR is malformed")
 	}
-	if err := csr.CheckSignature(); err != nil {
-		return nil, Wrap(KindInvalidArgument, err, "CSR signature does not verify")
-	}
-	markVerified(csr)
-	return csr, nil
+	return VerifyCSR(csr)
 }
 
 // checkCSR applies the CSR policy for a caller that proved identity id.
@@ -146,13 +146,17 @@ func checkCSR(csr *x509.CertificateRequest, id spiffeid.ID) error {
 	return nil
 }
 
-// checkLeafKey allows RSA keys of 2048 to 8192 bits, ECDSA P-256 and P-384,
-// and Ed25519.
+// checkLeafKey allows RSA keys of 2048 to 8192 bits with exponent 65537,
+// ECDSA P-256 and P-384, and Ed25519. It costs no cryptographic operation,
+// so it runs before any signature check.
 func checkLeafKey(pub crypto.PublicKey) error {
 	switch k := pub.(type) {
 	case *rsa.PublicKey:
 		if n := k.N.BitLen(); n < MinRSABits || n > MaxRSABits {
 			return reject(reasonWeakKey, KindInvalidArgument, "RSA key of %d bits not allowed (want %d to %d bits)", n, MinRSABits, MaxRSABits)
+		}
+		if k.E != RSAExponent {
+			return reject(reasonWeakKey, KindInvalidArgument, "RSA public exponent %d not allowed (want %d)", k.E, RSAExponent)
 		}
 		return nil
 	case *ecdsa.PublicKey:

@@ -260,28 +260,35 @@ func TestIstioAgentCSRs(t *testing.T) {
 	}
 }
 
-// TestSignChecksUnparsedCSR: a CSR that did not come from ParseCSR still
-// has its signature checked by Sign.
-func TestSignChecksUnparsedCSR(t *testing.T) {
+// TestVerifyCSR: a CSR parsed elsewhere becomes a verified CSR only through
+// VerifyCSR, which checks its signature; Sign refuses a CSR that did not go
+// through ParseCSR or VerifyCSR.
+func TestVerifyCSR(t *testing.T) {
 	a := newAuthority(t, rootBundle(t, certs.ECP256, t0), clock.NewFake(t0))
 	good, _ := mkCSR(t, csrSpec{uris: []string{callerID.String()}})
 	block, _ := pem.Decode(good)
 	der := bytes.Clone(block.Bytes)
 	der[len(der)-2] ^= 0xff
-	csr, err := x509.ParseCertificateRequest(der)
+	tampered, err := x509.ParseCertificateRequest(der)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = a.Sign(context.Background(), ca.Request{CSR: csr, ID: callerID})
-	if ca.KindOf(err) != ca.KindInvalidArgument || !strings.Contains(err.Error(), "signature") {
-		t.Fatalf("Sign(tampered, unparsed CSR) = %v, want invalid_argument about the signature", err)
+	if _, err := ca.VerifyCSR(tampered); ca.KindOf(err) != ca.KindInvalidArgument || !strings.Contains(err.Error(), "signature") {
+		t.Fatalf("VerifyCSR(tampered) = %v, want invalid_argument about the signature", err)
 	}
-	csr, err = x509.ParseCertificateRequest(block.Bytes)
+	parsed, err := x509.ParseCertificateRequest(block.Bytes)
 	if err != nil {
 		t.Fatal(err)
+	}
+	csr, err := ca.VerifyCSR(parsed)
+	if err != nil {
+		t.Fatalf("VerifyCSR(good): %v", err)
 	}
 	if _, err := a.Sign(context.Background(), ca.Request{CSR: csr, ID: callerID}); err != nil {
-		t.Fatalf("Sign(good, unparsed CSR): %v", err)
+		t.Fatalf("Sign(verified CSR): %v", err)
+	}
+	if _, err := a.Sign(context.Background(), ca.Request{CSR: &ca.CSR{}, ID: callerID}); ca.KindOf(err) != ca.KindInvalidArgument {
+		t.Fatalf("Sign(zero CSR) = %v, want invalid_argument", err)
 	}
 	if _, err := a.Sign(context.Background(), ca.Request{ID: callerID}); ca.KindOf(err) != ca.KindInvalidArgument {
 		t.Fatalf("Sign(no CSR) = %v, want invalid_argument", err)

@@ -53,7 +53,7 @@ func (s AuthoritySigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Durat
 	}
 	id := s.ID
 	if id.IsZero() {
-		if id, err = x509svid.IDFromCert(&x509.Certificate{URIs: csr.URIs}); err != nil {
+		if id, err = x509svid.IDFromCert(&x509.Certificate{URIs: csr.Request().URIs}); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -36,7 +36,7 @@ func (s authoritySigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Durat
 	if err != nil {
 		return nil, nil, err
 	}
-	id, err := x509svid.IDFromCert(&x509.Certificate{URIs: csr.URIs})
+	id, err := x509svid.IDFromCert(&x509.Certificate{URIs: csr.Request().URIs})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -36,9 +36,15 @@ type Config struct {
 	DefaultTTL  time.Duration // 0 -> 24h
 	MaxTTL      time.Duration // 0 -> 2160h (90d)
 	ClockSkew   time.Duration // NotBefore backdating; 0 -> 1m
-	Clock       clock.Clock
-	Logger      *slog.Logger          // nil -> slog.Default(); audit lines go here
-	Registerer  prometheus.Registerer // nil -> no metrics registered
+	// CapTTLToToken caps a leaf issued on a token at the token's expiry
+	// (Request.CredentialExpiry), so that access ends with the token.
+	// Default false, as in Istio: a leaf then lives its TTL even when its
+	// token expires sooner. Leaves issued on a client-certificate renewal
+	// are always capped at the presented certificate's NotAfter.
+	CapTTLToToken bool
+	Clock         clock.Clock
+	Logger        *slog.Logger          // nil -> slog.Default(); audit lines go here
+	Registerer    prometheus.Registerer // nil -> no metrics registered
 }
 
 // Authority signs leaf certificates for proven SPIFFE identities. Sign is
@@ -49,6 +55,7 @@ type Authority struct {
 	defaultTTL time.Duration
 	maxTTL     time.Duration
 	skew       time.Duration
+	capToToken bool
 	clock      clock.Clock
 	log        *slog.Logger
 	metrics    *metrics
@@ -62,6 +69,16 @@ type Request struct {
 	ID     spiffeid.ID   // the identity the caller PROVED (from authn)
 	Caller string        // for the audit log, e.g. "ns/sa (jwt)"
 	TTL    time.Duration // 0 = default; > MaxTTL = InvalidArgument
+	// Renewal is the client certificate the caller proved ID with, when it
+	// renews with a certificate instead of a token (authn.Caller's
+	// Certificate). The leaf never outlives it, so a workload whose token
+	// is gone keeps its identity only until the last certificate proved by
+	// a token expires; the audit line names its serial.
+	Renewal *x509.Certificate
+	// CredentialExpiry is when the caller's token expires (authn.Caller's
+	// Expiry; zero if unknown). With Config.CapTTLToToken, the leaf never
+	// outlives it.
+	CredentialExpiry time.Time
 }
 
 // Issued is a signed leaf with what a client needs to present and verify it.
@@ -100,6 +117,7 @@ func New(cfg Config) (*Authority, error) {
 		defaultTTL: cfg.DefaultTTL,
 		maxTTL:     cfg.MaxTTL,
 		skew:       cfg.ClockSkew,
+		capToToken: cfg.CapTTLToToken,
 		clock:      clock.OrReal(cfg.Clock),
 		log:        cfg.Logger,
 	}
@@ -174,7 +192,7 @@ func (a *Authority) Sign(ctx context.Context, req Request) (*Issued, error) {
 	}
 	a.metrics.issued.Inc()
 	a.metrics.duration.Observe(a.clock.Now().Sub(start).Seconds())
-	a.audit(ctx, "certificate issued", leaf, req.ID.String(), req.Caller)
+	a.audit(ctx, "certificate issued", leaf, req.ID.String(), req.Caller, req.Renewal)
 	return &Issued{Leaf: leaf, Chain: is.chain, Roots: is.roots}, nil
 }
 
@@ -199,6 +217,14 @@ func (a *Authority) sign(ctx context.Context, is *issuer, req Request, now time.
 	if err != nil {
 		return nil, err
 	}
+	if limit, what, ok := a.credentialLimit(req); ok {
+		if !limit.After(now) {
+			return nil, reject(reasonCredential, KindUnauthenticated, "the %s expired at %s", what, limit.UTC().Format(time.RFC3339))
+		}
+		if notAfter.After(limit) {
+			notAfter = limit
+		}
+	}
 	spki, err := x509.MarshalPKIXPublicKey(csr.PublicKey)
 	if err != nil {
 		return nil, reject(reasonWeakKey, KindInvalidArgument, "CSR public key cannot be encoded")
@@ -220,6 +246,19 @@ func (a *Authority) sign(ctx context.Context, is *issuer, req Request, now time.
 		return nil, Wrap(KindInternal, err, "signing failed")
 	}
 	return leaf, nil
+}
+
+// credentialLimit returns the time the leaf must not outlive because of the
+// credential the caller proved its identity with, if any: the presented
+// certificate of a renewal, or (with CapTTLToToken) the token's expiry.
+func (a *Authority) credentialLimit(req Request) (time.Time, string, bool) {
+	switch {
+	case req.Renewal != nil:
+		return req.Renewal.NotAfter, "presented client certificate", true
+	case a.capToToken && !req.CredentialExpiry.IsZero():
+		return req.CredentialExpiry, "token", true
+	}
+	return time.Time{}, "", false
 }
 
 // validity returns the leaf's NotBefore (now minus the clock skew, but not
@@ -295,12 +334,13 @@ func (a *Authority) IssueServing(pub crypto.PublicKey, dnsNames []string, ips []
 		return nil, Wrap(KindInternal, err, "parsing the serving certificate failed")
 	}
 	a.metrics.issued.Inc()
-	a.audit(context.Background(), "serving certificate issued", leaf, "", "meshid server")
+	a.audit(context.Background(), "serving certificate issued", leaf, "", "meshid server", nil)
 	return &Issued{Leaf: leaf, Chain: is.chain, Roots: is.roots}, nil
 }
 
 // audit writes the one log line of an issued certificate.
-func (a *Authority) audit(ctx context.Context, msg string, leaf *x509.Certificate, id, caller string) {
+// renewal, when set, is the client certificate the caller renewed with.
+func (a *Authority) audit(ctx context.Context, msg string, leaf *x509.Certificate, id, caller string, renewal *x509.Certificate) {
 	if !a.log.Enabled(ctx, slog.LevelInfo) {
 		return // the attributes cost a serial-to-hex conversion and allocations per certificate
 	}
@@ -310,6 +350,9 @@ func (a *Authority) audit(ctx context.Context, msg string, leaf *x509.Certificat
 		slog.String("caller", caller),
 		slog.Time("not_after", leaf.NotAfter),
 		slog.String("key", certs.KeyTypeOf(leaf.PublicKey)),
+	}
+	if renewal != nil {
+		attrs = append(attrs, slog.String("renewed_serial", renewal.SerialNumber.Text(16)))
 	}
 	if len(leaf.DNSNames) > 0 {
 		attrs = append(attrs, slog.Any("dns_names", leaf.DNSNames))

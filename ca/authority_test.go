@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"log/slog"
+	"math/big"
 	"net"
 	"strings"
 	"sync"
@@ -338,5 +339,29 @@ func TestSignCanceled(t *testing.T) {
 	cancel()
 	if _, err := a.Sign(ctx, ca.Request{CSR: csr, ID: callerID}); ca.KindOf(err) != ca.KindUnavailable {
 		t.Fatalf("Sign(canceled) = %v, want unavailable", err)
+	}
+}
+
+// TestRenewalCappedAtPresentedCert: the leaf of a client-certificate
+// renewal ends no later than the presented certificate; a presented
+// certificate already expired is refused as Unauthenticated.
+func TestRenewalCappedAtPresentedCert(t *testing.T) {
+	a := newAuthority(t, rootBundle(t, certs.ECP256, t0), clock.NewFake(t0))
+	pemCSR, _ := mkCSR(t, csrSpec{uris: []string{callerID.String()}})
+	csr, err := ca.ParseCSR(pemCSR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	presented := &x509.Certificate{SerialNumber: big.NewInt(42), NotAfter: t0.Add(time.Hour)}
+	iss, err := a.Sign(context.Background(), ca.Request{CSR: csr, ID: callerID, TTL: 48 * time.Hour, Renewal: presented})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !iss.Leaf.NotAfter.Equal(presented.NotAfter) {
+		t.Fatalf("renewed leaf NotAfter %s, want the presented certificate's %s", iss.Leaf.NotAfter, presented.NotAfter)
+	}
+	presented.NotAfter = t0
+	if _, err := a.Sign(context.Background(), ca.Request{CSR: csr, ID: callerID, Renewal: presented}); ca.KindOf(err) != ca.KindUnauthenticated {
+		t.Fatalf("renewal with an expired certificate = %v, want unauthenticated", err)
 	}
 }

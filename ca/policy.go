@@ -38,6 +38,7 @@ const (
 	reasonSAN         = "forbidden_san"       // DNS/IP/email/other SANs, several URIs
 	reasonIdentity    = "identity_mismatch"   // a URI SAN that is not the caller's identity
 	reasonTTL         = "ttl"                 // TTL negative or above the maximum
+	reasonCredential  = "credential_expired"  // the presented certificate (or, capped, the token) has expired
 	reasonUnavailable = "unavailable"         // CA expired, request canceled
 	reasonInternal    = "internal"            // a bug or a signer failure
 )
@@ -45,7 +46,7 @@ const (
 // maxEchoedInputBytes is the longest piece of caller input quoted in an error.
 const maxEchoedInputBytes = 128
 
-var failureReasons = []string{reasonBadCSR, reasonWeakKey, reasonExtension, reasonSAN, reasonIdentity, reasonTTL, reasonUnavailable, reasonInternal}
+var failureReasons = []string{reasonBadCSR, reasonWeakKey, reasonExtension, reasonSAN, reasonIdentity, reasonTTL, reasonCredential, reasonUnavailable, reasonInternal}
 
 // rejection is an *Error with the metrics reason that produced it.
 type rejection struct {

@@ -26,6 +26,10 @@ type Caller struct {
 	PodUID         string
 	Method         string    // "tokenreview", "jwt" or "clientcert"
 	Expiry         time.Time // when the credential stops being valid; zero if unknown
+	// Certificate is the verified client certificate the caller renewed
+	// with (Method "clientcert"); nil for a token. A leaf issued on its
+	// strength must not outlive it (ca.Request.Renewal).
+	Certificate *x509.Certificate
 }
 
 // ID returns the caller's SPIFFE ID in trust domain td:

@@ -76,7 +76,7 @@ func (c *ClientCert) Authenticate(_ context.Context, creds Credentials) (*Caller
 	if !ok {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "clientcert: the client certificate's SPIFFE ID is not of the form spiffe://%s/ns/<namespace>/sa/<service-account>", c.td)
 	}
-	return &Caller{Namespace: seg[0], ServiceAccount: seg[1], Method: "clientcert", Expiry: leaf.NotAfter}, nil
+	return &Caller{Namespace: seg[0], ServiceAccount: seg[1], Method: "clientcert", Expiry: leaf.NotAfter, Certificate: leaf}, nil
 }
 
 // nsSA returns the namespace and service account of a /ns/<ns>/sa/<sa> ID.

@@ -135,7 +135,10 @@ func TestClientCert(t *testing.T) {
 				if !c.Expiry.Equal(tc.peer[0].NotAfter) {
 					t.Fatalf("expiry %v, want the leaf's NotAfter", c.Expiry)
 				}
-				c.Expiry = time.Time{}
+				if c.Certificate != tc.peer[0] {
+					t.Fatalf("Certificate is not the presented leaf")
+				}
+				c.Expiry, c.Certificate = time.Time{}, nil
 				if *c != *tc.want {
 					t.Fatalf("caller %+v, want %+v", *c, *tc.want)
 				}

@@ -61,7 +61,14 @@ func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertific
 	if err != nil {
 		return nil, caller, err
 	}
-	issued, err := s.authority.Sign(ctx, ca.Request{CSR: csr, ID: id, Caller: caller.String(), TTL: ttl})
+	if caller.Method == "clientcert" && caller.Certificate == nil {
+		return nil, caller, ca.Errorf(ca.KindInternal, "client-certificate caller without its certificate")
+	}
+	issued, err := s.authority.Sign(ctx, ca.Request{
+		CSR: csr, ID: id, Caller: caller.String(), TTL: ttl,
+		Renewal:          caller.Certificate,
+		CredentialExpiry: caller.Expiry,
+	})
 	if err != nil {
 		return nil, caller, err
 	}

@@ -41,6 +41,7 @@ type env struct {
 
 type envOpts struct {
 	bundle *keystore.Bundle
+	caCfg  func(*ca.Config)
 	cfg    func(*server.Config)
 	auths  func(e *env) []authn.Authenticator // default: JWT (dev issuer) then client cert
 }
@@ -62,7 +63,11 @@ func newEnv(t testing.TB, o envOpts) *env {
 	quiet := slog.New(slog.DiscardHandler)
 	e := &env{reg: prometheus.NewRegistry()}
 	var err error
-	e.authority, err = ca.New(ca.Config{TrustDomain: td, Bundle: o.bundle, Logger: quiet})
+	caCfg := ca.Config{TrustDomain: td, Bundle: o.bundle, Logger: quiet}
+	if o.caCfg != nil {
+		o.caCfg(&caCfg)
+	}
+	e.authority, err = ca.New(caCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package authn
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,7 +26,12 @@ const (
 	// is half of go-jose's default minute: projected tokens live for hours
 	// and are refreshed long before expiry, so a tight leeway costs
 	// nothing and shortens the life of a stolen, expired token.
-	DefaultJWTLeeway          = 30 * time.Second
+	DefaultJWTLeeway = 30 * time.Second
+	// DefaultMaxTokenLifetime is the longest a token may live past its
+	// iat (past now when it has no iat): 48h, as Kubernetes bounds the
+	// tokens it issues (--service-account-max-token-expiration). A token
+	// valid until the year 9999 is refused.
+	DefaultMaxTokenLifetime   = 48 * time.Hour
 	DefaultJWKSRefresh        = 5 * time.Minute
 	DefaultJWKSMinRefresh     = 10 * time.Second
 	defaultJWKSRequestTimeout = 10 * time.Second
@@ -59,6 +65,9 @@ type JWTConfig struct {
 	MinRefreshInterval time.Duration
 	// Leeway is the clock-skew allowance for exp/nbf/iat. Default 30s.
 	Leeway time.Duration
+	// MaxTokenLifetime is the longest accepted exp past the token's iat
+	// (past now without iat). Default 48h; negative accepts any exp.
+	MaxTokenLifetime time.Duration
 	// CacheSize bounds the number of verified tokens remembered, so that
 	// the signature of a token seen again is not checked again. Default
 	// 10000; negative disables the cache.
@@ -78,6 +87,7 @@ type JWT struct {
 	issuer      string
 	audiences   jwt.Audience
 	leeway      time.Duration
+	maxLife     time.Duration // < 0: unlimited
 	file, url   string
 	discover    bool
 	hc          *http.Client
@@ -124,6 +134,9 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 	if cfg.Leeway == 0 {
 		cfg.Leeway = DefaultJWTLeeway
 	}
+	if cfg.MaxTokenLifetime == 0 {
+		cfg.MaxTokenLifetime = DefaultMaxTokenLifetime
+	}
 	if cfg.RefreshInterval <= 0 {
 		cfg.RefreshInterval = DefaultJWKSRefresh
 	}
@@ -146,6 +159,7 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 		issuer:      cfg.Issuer,
 		audiences:   slices.Clone(cfg.Audiences),
 		leeway:      cfg.Leeway,
+		maxLife:     cfg.MaxTokenLifetime,
 		hc:          cfg.HTTPClient,
 		interval:    cfg.RefreshInterval,
 		minInterval: cfg.MinRefreshInterval,
@@ -334,7 +348,10 @@ func (j *JWT) verify(token string, keys *jose.JSONWebKeySet) (*Caller, error) {
 			continue
 		}
 		known = true
-		if tok.Claims(k.Key, &std, &kc) == nil {
+		// Claims without a destination checks the signature only; the
+		// claims are decoded below, so that a payload that does not decode
+		// (an exp of 2^62) is reported as such, not as a bad signature.
+		if tok.Claims(k.Key) == nil {
 			signature = true
 			break
 		}
@@ -350,11 +367,25 @@ func (j *JWT) verify(token string, keys *jose.JSONWebKeySet) (*Caller, error) {
 	if !signature {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: bad token signature")
 	}
-	if err := std.ValidateWithLeeway(jwt.Expected{Issuer: j.issuer, AnyAudience: j.audiences, Time: j.clock.Now()}, j.leeway); err != nil {
+	// The signature verified: the payload is the issuer's.
+	if err := tok.UnsafeClaimsWithoutVerification(&std, &kc); err != nil {
+		return nil, decodeError(tok, err)
+	}
+	now := j.clock.Now()
+	if err := std.ValidateWithLeeway(jwt.Expected{Issuer: j.issuer, AnyAudience: j.audiences, Time: now}, j.leeway); err != nil {
 		return nil, claimError(err, j.audiences)
 	}
 	if std.Expiry == nil {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token has no expiry (exp)")
+	}
+	if j.maxLife >= 0 {
+		from := now
+		if std.IssuedAt != nil {
+			from = std.IssuedAt.Time()
+		}
+		if life := std.Expiry.Time().Sub(from); life > j.maxLife+j.leeway {
+			return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token's expiry (exp) is %s past its issue time, more than the %s allowed", life.Round(time.Second), j.maxLife)
+		}
 	}
 	caller, ok := kc.caller()
 	if !ok {
@@ -366,6 +397,30 @@ func (j *JWT) verify(token string, keys *jose.JSONWebKeySet) (*Caller, error) {
 	caller.Method = "jwt"
 	caller.Expiry = std.Expiry.Time()
 	return &caller, nil
+}
+
+// decodeError names the claim of a signed token that does not decode,
+// such as an exp beyond 2^62 seconds, which go-jose refuses.
+func decodeError(tok *jwt.JSONWebToken, err error) error {
+	if errors.Is(err, jwt.ErrUnmarshalNumericDate) {
+		var dates struct {
+			Exp json.RawMessage `json:"exp"`
+			Nbf json.RawMessage `json:"nbf"`
+			Iat json.RawMessage `json:"iat"`
+		}
+		if tok.UnsafeClaimsWithoutVerification(&dates) == nil {
+			for _, d := range []struct {
+				raw  json.RawMessage
+				name string
+			}{{dates.Exp, "invalid expiry (exp)"}, {dates.Nbf, "invalid not-before time (nbf)"}, {dates.Iat, "invalid issue time (iat)"}} {
+				var n jwt.NumericDate
+				if d.raw != nil && n.UnmarshalJSON(d.raw) != nil {
+					return ca.Wrap(ca.KindUnauthenticated, err, "jwt: the token has an "+d.name)
+				}
+			}
+		}
+	}
+	return ca.Wrap(ca.KindUnauthenticated, err, "jwt: the token's claims are malformed")
 }
 
 // claimError turns a go-jose validation error into a safe message.

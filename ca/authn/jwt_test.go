@@ -141,6 +141,21 @@ func TestJWT(t *testing.T) {
 			kind: ca.KindUnauthenticated, msg: "not valid yet"},
 		{name: "issued in the future", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.IssuedAt = jwt.NewNumericDate(now.Add(2 * time.Minute)) }), k8sBound),
 			kind: ca.KindUnauthenticated, msg: "issued in the future"},
+		// Issue 9, hole 12: a token that lives for ever is refused (on
+		// b96f7b0 the year-9999 one was accepted), and an exp go-jose
+		// cannot decode is an invalid expiry, not a bad signature.
+		{name: "exp in the year 9999", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)) }), k8sBound),
+			kind: ca.KindUnauthenticated, msg: "more than the 48h0m0s allowed"},
+		{name: "exp 48h past iat", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(now.Add(48 * time.Hour)) }), k8sBound),
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", Method: "jwt"}},
+		{name: "exp 49h past iat", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(now.Add(49 * time.Hour)) }), k8sBound),
+			kind: ca.KindUnauthenticated, msg: "more than the 48h0m0s allowed"},
+		{name: "no iat, exp 49h from now", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) {
+			c.IssuedAt = nil
+			c.Expiry = jwt.NewNumericDate(now.Add(49 * time.Hour))
+		}), k8sBound), kind: ca.KindUnauthenticated, msg: "more than the 48h0m0s allowed"},
+		{name: "exp 2^62", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = nil }), map[string]any{"exp": int64(1) << 62}, k8sBound),
+			kind: ca.KindUnauthenticated, msg: "invalid expiry (exp)"},
 		{name: "no expiry", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = nil }), k8sBound),
 			kind: ca.KindUnauthenticated, msg: "no expiry"},
 		{name: "wrong audience", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Audience = jwt.Audience{"kubernetes"} }), k8sBound),
@@ -370,5 +385,24 @@ func TestJWTDiscoveryAndRotation(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// TestJWTMaxTokenLifetime: the lifetime limit is configurable, and a
+// negative one accepts any exp.
+func TestJWTMaxTokenLifetime(t *testing.T) {
+	k := newHandKey(t, certs.ECP256, jose.ES256, "k")
+	tok := k.sign(t, stdClaims(t0, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(t0.Add(72 * time.Hour)) }), k8sBound)
+	for _, tc := range []struct {
+		max time.Duration
+		ok  bool
+	}{{0, false}, {time.Hour, false}, {72 * time.Hour, true}, {-1, true}} {
+		j, err := authn.NewJWT(authn.JWTConfig{Issuer: testIssuer, JWKS: &jose.JSONWebKeySet{Keys: []jose.JSONWebKey{k.jwk}}, MaxTokenLifetime: tc.max, Clock: clock.NewFake(t0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := j.Authenticate(context.Background(), authn.Credentials{Token: tok}); (err == nil) != tc.ok {
+			t.Errorf("MaxTokenLifetime %v: err %v, want ok=%v", tc.max, err, tc.ok)
+		}
 	}
 }

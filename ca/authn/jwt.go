@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
 )
 
@@ -314,7 +315,7 @@ func (j *JWT) Authenticate(_ context.Context, creds Credentials) (*Caller, error
 
 // verify checks token's signature against keys and its claims.
 func (j *JWT) verify(token string, keys *jose.JSONWebKeySet) (*Caller, error) {
-	tok, err := jwt.ParseSigned(token, signatureAlgorithms)
+	tok, err := jwt.ParseSigned(token, identity.SignatureAlgorithms)
 	if err != nil || len(tok.Headers) != 1 {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token is not a JWT signed with a supported algorithm")
 	}
@@ -324,7 +325,7 @@ func (j *JWT) verify(token string, keys *jose.JSONWebKeySet) (*Caller, error) {
 	hdr := tok.Headers[0]
 	var (
 		std       jwt.Claims
-		kc        k8sClaims
+		kc        identity.Claims
 		known     bool
 		signature bool
 	)
@@ -356,11 +357,11 @@ func (j *JWT) verify(token string, keys *jose.JSONWebKeySet) (*Caller, error) {
 	if std.Expiry == nil {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token has no expiry (exp)")
 	}
-	caller, ok := kc.caller()
+	caller, ok := callerFromClaims(&kc)
 	if !ok {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token lacks the kubernetes.io namespace and service account claims")
 	}
-	if std.Subject != "" && std.Subject != serviceAccountUserPrefix+caller.Namespace+":"+caller.ServiceAccount {
+	if std.Subject != "" && std.Subject != caller.Account().Username() {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token's subject does not match its kubernetes.io claims")
 	}
 	caller.Method = "jwt"

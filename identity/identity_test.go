@@ -290,11 +290,28 @@ func TestCAServerName(t *testing.T) {
 		{"[::1]:15012", "::1"},
 		{"ca.example.com", "ca.example.com"},
 		{"my-localhost-proxy:443", "istiod.istio-system.svc"},
+		{"my.localhost.test:15012", "istiod.istio-system.svc"},
+		{"meshid.istio-system.svc:15012", "meshid.istio-system.svc"},
+		{"no-port", "no-port"},
 		{"", ""},
 	}
 	for _, tc := range tests {
 		if got := identity.CAServerName(tc.addr); got != tc.want {
 			t.Errorf("CAServerName(%q) = %q, want %q", tc.addr, got, tc.want)
 		}
+	}
+}
+
+func TestIDFromToken(t *testing.T) {
+	tok := signToken(t, map[string]any{"kubernetes.io": map[string]any{"namespace": "prod", "serviceaccount": map[string]any{"name": "web"}}})
+	id, err := identity.IDFromToken(tok, td)
+	if err != nil || id.String() != "spiffe://cluster.local/ns/prod/sa/web" {
+		t.Fatalf("IDFromToken = %v, %v", id, err)
+	}
+	if _, err := identity.IDFromToken(tok, spiffeid.TrustDomain{}); err == nil {
+		t.Fatal("accepted a zero trust domain")
+	}
+	if _, err := identity.IDFromToken("garbage", td); err == nil {
+		t.Fatal("accepted garbage")
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
 // MaxTokenSize bounds a bearer token meshid reads or parses (64 KiB;
@@ -118,4 +119,14 @@ func ServiceAccountFromToken(token string) (ServiceAccount, error) {
 		return sa, nil
 	}
 	return ServiceAccount{}, errors.New("identity: the token has no kubernetes.io namespace and service account claims")
+}
+
+// IDFromToken is ServiceAccountFromToken followed by ServiceAccount.ID: the
+// SPIFFE ID in td that an unverified token names.
+func IDFromToken(token string, td spiffeid.TrustDomain) (spiffeid.ID, error) {
+	sa, err := ServiceAccountFromToken(token)
+	if err != nil {
+		return spiffeid.ID{}, err
+	}
+	return sa.ID(td)
 }

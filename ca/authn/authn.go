@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/meshid/meshid/identity"
 )
 
 // Credentials are what a request presented. Token is the bearer token
@@ -32,12 +34,17 @@ type Caller struct {
 	Certificate *x509.Certificate
 }
 
+// Account returns the caller's service account.
+func (c *Caller) Account() identity.ServiceAccount {
+	return identity.ServiceAccount{Namespace: c.Namespace, Name: c.ServiceAccount}
+}
+
 // ID returns the caller's SPIFFE ID in trust domain td:
 // spiffe://<td>/ns/<namespace>/sa/<service-account>.
 func (c *Caller) ID(td spiffeid.TrustDomain) (spiffeid.ID, error) {
-	id, err := spiffeid.FromSegments(td, "ns", c.Namespace, "sa", c.ServiceAccount)
+	id, err := c.Account().ID(td)
 	if err != nil {
-		return spiffeid.ID{}, fmt.Errorf("authn: caller %s/%s is not a valid SPIFFE path: %w", c.Namespace, c.ServiceAccount, err)
+		return spiffeid.ID{}, fmt.Errorf("authn: caller: %w", err)
 	}
 	return id, nil
 }

@@ -5,13 +5,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"slices"
-	"strings"
 
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 
 	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
 )
 
@@ -72,18 +72,9 @@ func (c *ClientCert) Authenticate(_ context.Context, creds Credentials) (*Caller
 	if err != nil {
 		return nil, ca.Wrap(ca.KindUnauthenticated, err, "clientcert: the client certificate does not verify against this CA")
 	}
-	seg, ok := nsSA(id)
-	if !ok {
+	sa, err := identity.FromID(id)
+	if err != nil {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "clientcert: the client certificate's SPIFFE ID is not of the form spiffe://%s/ns/<namespace>/sa/<service-account>", c.td)
 	}
-	return &Caller{Namespace: seg[0], ServiceAccount: seg[1], Method: "clientcert", Expiry: leaf.NotAfter, Certificate: leaf}, nil
-}
-
-// nsSA returns the namespace and service account of a /ns/<ns>/sa/<sa> ID.
-func nsSA(id spiffeid.ID) ([2]string, bool) {
-	parts := strings.Split(id.Path(), "/")
-	if len(parts) != 5 || parts[0] != "" || parts[1] != "ns" || parts[3] != "sa" || parts[2] == "" || parts[4] == "" {
-		return [2]string{}, false
-	}
-	return [2]string{parts[2], parts[4]}, true
+	return &Caller{Namespace: sa.Namespace, ServiceAccount: sa.Name, Method: "clientcert", Expiry: leaf.NotAfter, Certificate: leaf}, nil
 }

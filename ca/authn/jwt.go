@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
 )
 
@@ -328,7 +329,7 @@ func (j *JWT) Authenticate(_ context.Context, creds Credentials) (*Caller, error
 
 // verify checks token's signature against keys and its claims.
 func (j *JWT) verify(token string, keys *jose.JSONWebKeySet) (*Caller, error) {
-	tok, err := jwt.ParseSigned(token, signatureAlgorithms)
+	tok, err := jwt.ParseSigned(token, identity.SignatureAlgorithms)
 	if err != nil || len(tok.Headers) != 1 {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token is not a JWT signed with a supported algorithm")
 	}
@@ -338,7 +339,7 @@ func (j *JWT) verify(token string, keys *jose.JSONWebKeySet) (*Caller, error) {
 	hdr := tok.Headers[0]
 	var (
 		std       jwt.Claims
-		kc        k8sClaims
+		kc        identity.Claims
 		known     bool
 		signature bool
 	)
@@ -387,11 +388,11 @@ func (j *JWT) verify(token string, keys *jose.JSONWebKeySet) (*Caller, error) {
 			return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token's expiry (exp) is %s past its issue time, more than the %s allowed", life.Round(time.Second), j.maxLife)
 		}
 	}
-	caller, ok := kc.caller()
+	caller, ok := callerFromClaims(&kc)
 	if !ok {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token lacks the kubernetes.io namespace and service account claims")
 	}
-	if std.Subject != "" && std.Subject != serviceAccountUserPrefix+caller.Namespace+":"+caller.ServiceAccount {
+	if std.Subject != "" && std.Subject != caller.Account().Username() {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token's subject does not match its kubernetes.io claims")
 	}
 	caller.Method = "jwt"

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
 )
 
@@ -251,7 +252,7 @@ func (t *TokenReview) check(st *authenticationv1.TokenReviewStatus) (*Caller, er
 	if !st.Authenticated {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "tokenreview: the Kubernetes API server did not authenticate the token")
 	}
-	ns, sa, ok := parseServiceAccountUser(st.User.Username)
+	sa, ok := identity.FromUsername(st.User.Username)
 	if !ok {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "tokenreview: the token does not belong to a service account")
 	}
@@ -261,7 +262,7 @@ func (t *TokenReview) check(st *authenticationv1.TokenReviewStatus) (*Caller, er
 	if !slices.ContainsFunc(st.Audiences, func(a string) bool { return slices.Contains(t.audiences, a) }) {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "tokenreview: the token is not valid for audience %v", t.audiences)
 	}
-	c := &Caller{Namespace: ns, ServiceAccount: sa, Method: "tokenreview"}
+	c := &Caller{Namespace: sa.Namespace, ServiceAccount: sa.Name, Method: "tokenreview"}
 	if v := st.User.Extra[extraPodName]; len(v) == 1 {
 		c.PodName = v[0]
 	}

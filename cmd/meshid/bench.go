@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,13 +22,13 @@ import (
 	securityapi "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/bench/caload"
 	"github.com/meshid/meshid/internal/bench/chart"
 	"github.com/meshid/meshid/internal/bench/cputime"
 	"github.com/meshid/meshid/internal/bench/cryptobound"
 	"github.com/meshid/meshid/internal/bench/latency"
 	"github.com/meshid/meshid/internal/devissuer"
-	"github.com/meshid/meshid/sds/secretcache"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -355,7 +354,7 @@ func benchIdentities(f *benchCAFlags, td spiffeid.TrustDomain, tokenTTL time.Dur
 			return nil, "", fmt.Errorf("bench ca: token: %w", err)
 		}
 		tok := strings.TrimSpace(string(b))
-		id, err := secretcache.IdentityFromToken(tok, td)
+		id, err := identity.IDFromToken(tok, td)
 		if err != nil {
 			return nil, "", fmt.Errorf("bench ca: %s: %w", f.tokenFile, err)
 		}
@@ -380,7 +379,7 @@ func benchIdentities(f *benchCAFlags, td spiffeid.TrustDomain, tokenTTL time.Dur
 		ids := make([]caload.Identity, f.serviceAccounts)
 		for i := range ids {
 			sa := fmt.Sprintf("bench-%d", i)
-			id, err := spiffeid.FromSegments(td, "ns", f.namespace, "sa", sa)
+			id, err := identity.ServiceAccount{Namespace: f.namespace, Name: sa}.ID(td)
 			if err != nil {
 				return nil, "", fmt.Errorf("bench ca: %w", err)
 			}
@@ -415,22 +414,9 @@ func benchTLS(rootFile, addr, serverName string) (*tls.Config, error) {
 		pool.AddCert(r)
 	}
 	if serverName == "" {
-		serverName = caServerName(addr)
+		serverName = identity.CAServerName(addr)
 	}
 	return &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}, nil
-}
-
-// caServerName is the name Istio's agent verifies the CA under: the host of
-// addr, with a host containing "localhost" replaced by istiod.istio-system.svc.
-func caServerName(addr string) string {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	if strings.Contains(host, "localhost") {
-		return "istiod.istio-system.svc"
-	}
-	return host
 }
 
 func parseLevels(s string) ([]int, error) {

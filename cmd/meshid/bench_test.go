@@ -228,22 +228,6 @@ func TestBenchCAChartAndBound(t *testing.T) {
 	}
 }
 
-func TestCAServerName(t *testing.T) {
-	tests := []struct{ addr, want string }{
-		{"localhost:15012", "istiod.istio-system.svc"},
-		{"my.localhost.test:15012", "istiod.istio-system.svc"},
-		{"127.0.0.1:15012", "127.0.0.1"},
-		{"meshid.istio-system.svc:15012", "meshid.istio-system.svc"},
-		{"[::1]:15012", "::1"},
-		{"no-port", "no-port"},
-	}
-	for _, tt := range tests {
-		if got := caServerName(tt.addr); got != tt.want {
-			t.Errorf("caServerName(%q) = %q, want %q", tt.addr, got, tt.want)
-		}
-	}
-}
-
 // benchAgent is a real SecretManager (signed by a real Authority) behind a
 // real SDS server, with an admin endpoint that forces a rotation as the
 // agent's /debug/rotate does.

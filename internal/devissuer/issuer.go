@@ -19,6 +19,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/identity"
 )
 
 // File names in the state directory, and the default issuer URL.
@@ -130,19 +131,6 @@ func (i *Issuer) JWKS() *jose.JSONWebKeySet {
 	return &jose.JSONWebKeySet{Keys: append([]jose.JSONWebKey(nil), i.jwks.Keys...)}
 }
 
-// kubernetesClaims is the "kubernetes.io" claim of a bound service-account
-// token.
-type kubernetesClaims struct {
-	Namespace      string   `json:"namespace"`
-	ServiceAccount nameUID  `json:"serviceaccount"`
-	Pod            *nameUID `json:"pod,omitempty"`
-}
-
-type nameUID struct {
-	Name string `json:"name"`
-	UID  string `json:"uid"`
-}
-
 // Mint returns a service-account JWT for namespace/serviceAccount, shaped
 // like a Kubernetes projected token: iss, sub system:serviceaccount:ns:sa,
 // aud, iat, nbf = now, exp = now+ttl, and kubernetes.io{namespace,
@@ -158,21 +146,19 @@ func (i *Issuer) Mint(namespace, serviceAccount string, audiences []string, ttl 
 	if ttl <= 0 {
 		return "", fmt.Errorf("devissuer: token TTL must be positive, got %s", ttl)
 	}
-	std := jwt.Claims{
+	sa := identity.ServiceAccount{Namespace: namespace, Name: serviceAccount}
+	claims := identity.Claims{Claims: jwt.Claims{
 		Issuer:    i.issuer,
-		Subject:   "system:serviceaccount:" + namespace + ":" + serviceAccount,
+		Subject:   sa.Username(),
 		Audience:  jwt.Audience(audiences),
 		IssuedAt:  jwt.NewNumericDate(now),
 		NotBefore: jwt.NewNumericDate(now),
 		Expiry:    jwt.NewNumericDate(now.Add(ttl)),
-	}
-	k8s := struct {
-		Kubernetes kubernetesClaims `json:"kubernetes.io"`
-	}{kubernetesClaims{
+	}, Kubernetes: &identity.Kubernetes{
 		Namespace:      namespace,
-		ServiceAccount: nameUID{Name: serviceAccount, UID: uid("serviceaccount", namespace, serviceAccount)},
+		ServiceAccount: &identity.Object{Name: serviceAccount, UID: uid("serviceaccount", namespace, serviceAccount)},
 	}}
-	tok, err := jwt.Signed(i.signer).Claims(std).Claims(k8s).Serialize()
+	tok, err := jwt.Signed(i.signer).Claims(claims).Serialize()
 	if err != nil {
 		return "", fmt.Errorf("devissuer: sign token: %w", err)
 	}

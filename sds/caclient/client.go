@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -26,15 +25,12 @@ import (
 	pb "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
 )
 
 // DefaultTimeout bounds one CreateCertificate call.
 const DefaultTimeout = 30 * time.Second
-
-// istiodName is the name Istio's agent verifies when the CA address is a
-// localhost one; meshid's CA serving certificate carries it.
-const istiodName = "istiod.istio-system.svc"
 
 // maxTokenSize guards against reading a huge file as a token.
 const maxTokenSize = 64 << 10
@@ -52,7 +48,7 @@ type Config struct {
 	// talks to a CA it cannot verify.
 	Roots []*x509.Certificate
 	// ServerName is the name verified in the serving certificate. Empty
-	// means ServerNameFor(Addr).
+	// means identity.CAServerName(Addr).
 	ServerName string
 	// TokenFile holds the service-account token sent as a bearer token. It
 	// is re-read for every request. Required.
@@ -84,23 +80,6 @@ type Client struct {
 	metrics   *metrics
 }
 
-// ServerNameFor returns the TLS server name Istio's agent verifies for a CA
-// address: its host, except that a host containing "localhost" becomes
-// istiod.istio-system.svc.
-func ServerNameFor(addr string) string {
-	if i := strings.Index(addr, ":///"); i >= 0 { // a gRPC target such as dns:///host:port
-		addr = addr[i+4:]
-	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	if strings.Contains(host, "localhost") {
-		return istiodName
-	}
-	return host
-}
-
 // New validates cfg and returns a Client. No connection is made until the
 // first Sign.
 func New(cfg Config) (*Client, error) {
@@ -122,7 +101,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	serverName := cfg.ServerName
 	if serverName == "" {
-		serverName = ServerNameFor(cfg.Addr)
+		serverName = identity.CAServerName(cfg.Addr)
 	}
 	creds := credentials.NewTLS(&tls.Config{
 		RootCAs:    pool,

@@ -166,22 +166,6 @@ func TestServerVerification(t *testing.T) {
 	}
 }
 
-func TestServerNameFor(t *testing.T) {
-	tests := map[string]string{
-		"localhost:15012":               "istiod.istio-system.svc",
-		"dns:///localhost:15012":        "istiod.istio-system.svc",
-		"127.0.0.1:15012":               "127.0.0.1",
-		"[::1]:15012":                   "::1",
-		"meshid.istio-system.svc:15012": "meshid.istio-system.svc",
-		"ca.example.org":                "ca.example.org",
-	}
-	for addr, want := range tests {
-		if got := caclient.ServerNameFor(addr); got != want {
-			t.Errorf("ServerNameFor(%q) = %q, want %q", addr, got, want)
-		}
-	}
-}
-
 func TestInvalidResponses(t *testing.T) {
 	ca := startCA(t, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
 	other := newHierarchy(t)

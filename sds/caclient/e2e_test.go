@@ -22,6 +22,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/caclient"
@@ -187,7 +188,7 @@ func TestRealCASecretManager(t *testing.T) {
 	var signer switchSigner
 	signer.cur.Store(waiting)
 
-	id, err := secretcache.IdentityFromToken(mustRead(t, tok), td)
+	id, err := identity.IDFromToken(mustRead(t, tok), td)
 	if err != nil {
 		t.Fatal(err)
 	}

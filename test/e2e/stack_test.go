@@ -17,6 +17,7 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/sds"
@@ -135,7 +136,7 @@ func (w *world) startAgent(t *testing.T, caAddr, namespace, serviceAccount strin
 	if err := os.WriteFile(tokenFile, []byte(tok), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	id, err := secretcache.IdentityFromToken(tok, td)
+	id, err := identity.IDFromToken(tok, td)
 	if err != nil {
 		t.Fatal(err)
 	}

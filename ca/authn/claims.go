@@ -86,3 +86,18 @@ func unverifiedExpiry(token string) (time.Time, bool) {
 	}
 	return c.Expiry.Time(), true
 }
+
+// unverifiedIssuer reads the iss claim of a JWT WITHOUT checking its
+// signature, to choose which authenticator judges the token; never to
+// decide whether it is valid.
+func unverifiedIssuer(token string) (string, bool) {
+	tok, err := jwt.ParseSigned(token, signatureAlgorithms)
+	if err != nil {
+		return "", false
+	}
+	var c jwt.Claims
+	if err := tok.UnsafeClaimsWithoutVerification(&c); err != nil || c.Issuer == "" {
+		return "", false
+	}
+	return c.Issuer, true
+}

@@ -3,6 +3,7 @@ package authn_test
 import (
 	"context"
 	"crypto/x509"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,5 +112,34 @@ func TestChainAfterTokenVerdict(t *testing.T) {
 	}
 	if e := authn.FinalForToken(ca.Errorf(ca.KindUnavailable, "x")); ca.KindOf(e) != ca.KindUnavailable {
 		t.Fatal("FinalForToken changes the kind")
+	}
+}
+
+// TestAuthenticatorsRefuseHugeTokens (issue 9, hole 7): TokenReview and
+// the JWT check refuse a token over MaxTokenSize before hashing it or
+// calling the API server.
+func TestAuthenticatorsRefuseHugeTokens(t *testing.T) {
+	iss := newIssuer(t)
+	huge := strings.Repeat("a", authn.MaxTokenSize+1)
+	api := &fakeAPI{answer: func(string, []string) (authenticationv1.TokenReviewStatus, error) {
+		return saStatus("default", "web", "istio-ca"), nil
+	}}
+	tr, err := authn.NewTokenReview(authn.TokenReviewConfig{Client: api.client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := authn.NewJWT(authn.JWTConfig{Issuer: iss.Issuer(), JWKS: iss.JWKS()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, a := range map[string]authn.Authenticator{"tokenreview": tr, "jwt": j} {
+		_, err := a.Authenticate(context.Background(), authn.Credentials{Token: huge})
+		wantKind(t, err, ca.KindUnauthenticated, huge)
+		if !strings.Contains(err.Error(), "16 KiB") {
+			t.Errorf("%s: %v, want the 16 KiB limit named", name, err)
+		}
+	}
+	if n := api.calls.Load(); n != 0 {
+		t.Fatalf("%d TokenReview calls for an oversized token", n)
 	}
 }

@@ -163,7 +163,13 @@ func NewTokenReview(cfg TokenReviewConfig) (*TokenReview, error) {
 // Unavailable when the API server cannot answer. Both errors are final for
 // the token (FinalForToken).
 func (t *TokenReview) Authenticate(ctx context.Context, creds Credentials) (*Caller, error) {
-	if creds.Token == "" || !t.owns(creds.Token) {
+	if creds.Token == "" {
+		return nil, ErrNoCredentials
+	}
+	if err := CheckTokenSize(creds.Token, MaxTokenSize); err != nil {
+		return nil, err
+	}
+	if !t.owns(creds.Token) {
 		return nil, ErrNoCredentials
 	}
 	c, err := t.authenticate(ctx, creds)

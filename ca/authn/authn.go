@@ -9,6 +9,7 @@ import (
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/identity"
 )
 
@@ -60,6 +61,20 @@ func (c *Caller) String() string {
 // of kind Unavailable when it could not decide (an API server is down).
 type Authenticator interface {
 	Authenticate(ctx context.Context, creds Credentials) (*Caller, error)
+}
+
+// MaxTokenSize is the largest bearer token accepted: 16 KiB. A Kubernetes
+// service-account token is about 1 KiB; a larger one is refused before it
+// is hashed, parsed or sent to the API server.
+const MaxTokenSize = 16 << 10
+
+// CheckTokenSize returns an Unauthenticated error when token is longer
+// than max bytes.
+func CheckTokenSize(token string, max int) error {
+	if len(token) > max {
+		return ca.Errorf(ca.KindUnauthenticated, "authn: the token is %d bytes, more than the %d KiB limit", len(token), max>>10)
+	}
+	return nil
 }
 
 // ErrNoCredentials means the authenticator found no credential of its kind.

@@ -11,7 +11,11 @@ import (
 
 // NewChain returns an Authenticator that tries auths in order; the first
 // that accepts wins. An authenticator that returns ErrNoCredentials is
-// skipped. When none accepts, the result is a ca.KindUnavailable error if
+// skipped. An authenticator whose error is a final verdict on the token
+// (FinalForToken: TokenReview's answer for a token it owns) ends the token's
+// turn: the authenticators after it are tried without the token, so an
+// offline check cannot accept a token the API server refused or could not
+// judge; a client certificate is still tried. When none accepts, the result is a ca.KindUnavailable error if
 // any of them could not decide (an API server was down), else a
 // ca.KindUnauthenticated error whose message joins the (token-free) reasons
 // the authenticators gave.
@@ -40,6 +44,9 @@ func (c chain) Authenticate(ctx context.Context, creds Credentials) (*Caller, er
 		}
 		if errors.Is(err, ErrNoCredentials) {
 			continue
+		}
+		if v := (*tokenVerdict)(nil); errors.As(err, &v) {
+			creds.Token = ""
 		}
 		var e *ca.Error
 		if errors.As(err, &e) {
@@ -74,4 +81,19 @@ func dedupe(s []string) []string {
 		}
 	}
 	return out
+}
+
+// tokenVerdict marks an error as the final answer about the request's token.
+type tokenVerdict struct{ err error }
+
+func (v *tokenVerdict) Error() string { return v.err.Error() }
+func (v *tokenVerdict) Unwrap() error { return v.err }
+
+// FinalForToken marks err as the final verdict on the request's token: in
+// a chain, no later authenticator is given the token. err keeps its Kind.
+func FinalForToken(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &tokenVerdict{err: err}
 }

@@ -26,3 +26,14 @@ func unverifiedExpiry(token string) (time.Time, bool) {
 	}
 	return c.Expiry.Time(), true
 }
+
+// unverifiedIssuer reads the iss claim of a JWT WITHOUT checking its
+// signature, to choose which authenticator judges the token; never to
+// decide whether it is valid.
+func unverifiedIssuer(token string) (string, bool) {
+	c, err := identity.ParseUnverified(token)
+	if err != nil || c.Issuer == "" {
+		return "", false
+	}
+	return c.Issuer, true
+}

@@ -10,7 +10,10 @@
 //   - ClientCert lets a workload renew its own identity with a still-valid
 //     certificate this CA issued.
 //
-// NewChain tries several in order. Errors are *ca.Error values whose
+// NewChain tries several in order. TokenReview's answer on a token of an
+// issuer it owns (TokenReviewConfig.Issuers, default all) is final: the
+// offline JWT check never accepts a token the API server rejected or could
+// not review. Errors are *ca.Error values whose
 // messages never contain the token: Unauthenticated for a bad credential,
 // Unavailable when a dependency could not decide.
 package authn

@@ -303,6 +303,9 @@ func (j *JWT) Authenticate(_ context.Context, creds Credentials) (*Caller, error
 	if creds.Token == "" {
 		return nil, ErrNoCredentials
 	}
+	if err := CheckTokenSize(creds.Token, MaxTokenSize); err != nil {
+		return nil, err
+	}
 	var key [32]byte
 	if j.cache != nil {
 		key = tokenKey(creds.Token)

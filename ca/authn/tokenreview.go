@@ -51,7 +51,14 @@ type TokenReviewConfig struct {
 	// negative means rejections are not cached.
 	NegativeCacheTTL time.Duration
 	// Timeout bounds one call to the API server. Default 10s.
-	Timeout    time.Duration
+	Timeout time.Duration
+	// Issuers are the token issuers (iss) the API server is the authority
+	// for. Its answer on their tokens is final in a chain (NewChain): a
+	// token it rejects, or cannot review (Unavailable), is not given to
+	// the offline JWT check. A token of another issuer is left to the
+	// next authenticator without calling the API server. Default (empty):
+	// the API server owns every token.
+	Issuers    []string
 	Clock      clock.Clock
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
@@ -63,6 +70,7 @@ type TokenReviewConfig struct {
 type TokenReview struct {
 	client      kubernetes.Interface
 	audiences   []string
+	issuers     []string // empty: every token
 	ttl, negTTL time.Duration
 	timeout     time.Duration
 	clock       clock.Clock
@@ -91,6 +99,9 @@ func NewTokenReview(cfg TokenReviewConfig) (*TokenReview, error) {
 	if slices.Contains(cfg.Audiences, "") {
 		return nil, errors.New("authn: empty token audience")
 	}
+	if slices.Contains(cfg.Issuers, "") {
+		return nil, errors.New("authn: empty TokenReview issuer")
+	}
 	if cfg.CacheSize < 0 {
 		return nil, fmt.Errorf("authn: negative TokenReview cache size %d", cfg.CacheSize)
 	}
@@ -113,6 +124,7 @@ func NewTokenReview(cfg TokenReviewConfig) (*TokenReview, error) {
 	t := &TokenReview{
 		client:    cfg.Client,
 		audiences: slices.Clone(cfg.Audiences),
+		issuers:   slices.Clone(cfg.Issuers),
 		ttl:       cfg.CacheTTL,
 		negTTL:    cfg.NegativeCacheTTL,
 		timeout:   cfg.Timeout,
@@ -147,12 +159,37 @@ func NewTokenReview(cfg TokenReviewConfig) (*TokenReview, error) {
 }
 
 // Authenticate reviews creds.Token. It returns ErrNoCredentials when there
-// is no token, Unauthenticated when the API server rejects it or it does not
-// name a service account, and Unavailable when the API server cannot answer.
+// is no token or its issuer is not one of Issuers, Unauthenticated when the
+// API server rejects it or it does not name a service account, and
+// Unavailable when the API server cannot answer. Both errors are final for
+// the token (FinalForToken).
 func (t *TokenReview) Authenticate(ctx context.Context, creds Credentials) (*Caller, error) {
 	if creds.Token == "" {
 		return nil, ErrNoCredentials
 	}
+	if err := CheckTokenSize(creds.Token, MaxTokenSize); err != nil {
+		return nil, err
+	}
+	if !t.owns(creds.Token) {
+		return nil, ErrNoCredentials
+	}
+	c, err := t.authenticate(ctx, creds)
+	return c, FinalForToken(err)
+}
+
+// owns reports whether the API server is the authority for token. The iss
+// claim is read without checking the signature: it only chooses who
+// judges the token, and a forged iss leaves it to the offline check of
+// that issuer's keys.
+func (t *TokenReview) owns(token string) bool {
+	if len(t.issuers) == 0 {
+		return true
+	}
+	iss, ok := unverifiedIssuer(token)
+	return ok && slices.Contains(t.issuers, iss)
+}
+
+func (t *TokenReview) authenticate(ctx context.Context, creds Credentials) (*Caller, error) {
 	key := tokenKey(creds.Token)
 	if v, ok := t.cache.get(key); ok {
 		t.cacheHits.Inc()

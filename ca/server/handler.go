@@ -42,7 +42,11 @@ func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertific
 	if err != nil {
 		return nil, nil, err
 	}
-	caller, err := s.authn.Authenticate(ctx, credentialsFrom(ctx))
+	creds := credentialsFrom(ctx)
+	if err := authn.CheckTokenSize(creds.Token, s.maxToken); err != nil {
+		return nil, nil, err
+	}
+	caller, err := s.authn.Authenticate(ctx, creds)
 	if errors.Is(err, authn.ErrNoCredentials) { // a lone authenticator, not a chain
 		err = ca.Wrap(ca.KindUnauthenticated, err, "no credentials: send an \"authorization: Bearer <token>\" header or a client certificate")
 	}

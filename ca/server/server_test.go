@@ -26,6 +26,7 @@ import (
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
@@ -359,6 +360,9 @@ func TestConfigErrors(t *testing.T) {
 		{"negative rate", func(c *server.Config) { c.RateLimit = -1 }},
 		{"negative burst", func(c *server.Config) { c.RateBurst = -1 }},
 		{"negative serving TTL", func(c *server.Config) { c.ServingTTL = -time.Second }},
+		{"header list over 64 KiB", func(c *server.Config) { c.MaxHeaderListSize = server.DefaultMaxHeaderListSize + 1 }},
+		{"token limit over 16 KiB", func(c *server.Config) { c.MaxTokenSize = authn.MaxTokenSize + 1 }},
+		{"negative token limit", func(c *server.Config) { c.MaxTokenSize = -1 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,8 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"errors"
-	"github.com/meshid/meshid/sds/caclient"
-	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"log/slog"
 	"net/url"
 	"sync"
@@ -17,12 +15,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/sds/caclient"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 

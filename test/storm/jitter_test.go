@@ -3,7 +3,6 @@ package storm_test
 import (
 	"context"
 	"fmt"
-	"github.com/meshid/meshid/internal/testkit"
 	"sort"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 

@@ -3,7 +3,6 @@ package sdsload_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/meshid/meshid/internal/testkit"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +19,7 @@ import (
 	"github.com/meshid/meshid/internal/bench/latency"
 	"github.com/meshid/meshid/internal/bench/sdsload"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/secretcache"
 )

@@ -9,6 +9,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"fmt"
+	"strings"
 )
 
 // KeyType names a key algorithm and size, as used on the command line.
@@ -27,17 +28,38 @@ const (
 // KeyTypes lists the key types meshid can generate, default first.
 var KeyTypes = []KeyType{ECP256, ECP384, RSA2048, RSA3072, RSA4096, Ed25519}
 
+// CAKeyTypes lists the key types meshid creates CA keys of, default first.
+// Ed25519 is not one: Istio and most TLS stacks do not accept Ed25519 CA
+// signatures. (A CA made elsewhere and loaded from files is checked by
+// package keystore, which also accepts Ed25519 and other RSA sizes.)
+var CAKeyTypes = []KeyType{ECP256, ECP384, RSA2048, RSA3072, RSA4096}
+
 // ParseKeyType validates s as a KeyType. The empty string is ECP256.
-func ParseKeyType(s string) (KeyType, error) {
+func ParseKeyType(s string) (KeyType, error) { return parseKeyType(s, KeyTypes) }
+
+// ParseCAKeyType validates s as one of CAKeyTypes. The empty string is
+// ECP256.
+func ParseCAKeyType(s string) (KeyType, error) { return parseKeyType(s, CAKeyTypes) }
+
+func parseKeyType(s string, allowed []KeyType) (KeyType, error) {
 	if s == "" {
 		return ECP256, nil
 	}
-	for _, k := range KeyTypes {
+	for _, k := range allowed {
 		if string(k) == s {
 			return k, nil
 		}
 	}
-	return "", fmt.Errorf("certs: unknown key type %q (want one of ec-p256, ec-p384, rsa-2048, rsa-3072, rsa-4096, ed25519)", s)
+	return "", fmt.Errorf("certs: key type %q not supported (want one of %s)", s, KeyTypeNames(allowed))
+}
+
+// KeyTypeNames joins the names of types with ", ", as in help texts.
+func KeyTypeNames(types []KeyType) string {
+	s := make([]string, len(types))
+	for i, k := range types {
+		s[i] = string(k)
+	}
+	return strings.Join(s, ", ")
 }
 
 // GenerateKey creates a private key of type t in memory.

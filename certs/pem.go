@@ -15,6 +15,8 @@ const (
 	BlockPKCS8       = "PRIVATE KEY"
 	BlockECKey       = "EC PRIVATE KEY"
 	BlockRSAKey      = "RSA PRIVATE KEY"
+	// BlockECParams is written by `openssl ecparam -genkey` before the key.
+	BlockECParams = "EC PARAMETERS"
 )
 
 // ErrNoPEM is returned when input holds no PEM block at all.
@@ -72,15 +74,29 @@ func ParseCertificates(data []byte) ([]*x509.Certificate, error) {
 	return out, nil
 }
 
-// ParsePrivateKey parses a single PKCS#8, SEC1 (EC) or PKCS#1 (RSA) PEM key.
-// Errors never include key bytes.
+// ParsePrivateKey parses a single unencrypted PKCS#8, SEC1 (EC) or PKCS#1
+// (RSA) PEM key, after any EC PARAMETERS blocks (which `openssl ecparam
+// -genkey` writes first). It is meshid's one private-key parser. Errors
+// never include key bytes.
 func ParsePrivateKey(data []byte) (crypto.Signer, error) {
 	b, rest := pem.Decode(data)
+	for b != nil && b.Type == BlockECParams {
+		b, rest = pem.Decode(rest)
+	}
 	if b == nil {
 		return nil, ErrNoPEM
 	}
 	if len(trimSpace(rest)) != 0 {
 		return nil, errors.New("certs: more than one PEM block in private key file")
+	}
+	return ParsePrivateKeyBlock(b)
+}
+
+// ParsePrivateKeyBlock parses one decoded PEM key block, as ParsePrivateKey
+// does. Errors never include key bytes.
+func ParsePrivateKeyBlock(b *pem.Block) (crypto.Signer, error) {
+	if len(b.Headers) != 0 {
+		return nil, errors.New("certs: encrypted or annotated PEM private keys are not supported")
 	}
 	var (
 		k   any

@@ -42,9 +42,9 @@ type countingSigner struct {
 	c *caclient.Client
 }
 
-func (c countingSigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
+func (c countingSigner) Sign(ctx context.Context, csr *x509.CertificateRequest, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
 	c.s.csrs.Add(1)
-	return c.c.Sign(ctx, csrPEM, ttl)
+	return c.c.Sign(ctx, csr, ttl)
 }
 
 func newCAStack(t testing.TB) *caStack {

@@ -5,7 +5,6 @@ import (
 	"crypto"
 	"crypto/rand"
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -96,14 +95,9 @@ func (p *pki) issue(pub crypto.PublicKey, id spiffeid.ID, ttl time.Duration) (*x
 }
 
 // Sign implements secretcache.Signer: it signs the CSR's SPIFFE ID.
-func (p *pki) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
+func (p *pki) Sign(ctx context.Context, csr *x509.CertificateRequest, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
 	p.csrs.Add(1)
-	b, _ := pem.Decode(csrPEM)
-	if b == nil {
-		return nil, nil, status.Error(codes.InvalidArgument, "no PEM")
-	}
-	csr, err := x509.ParseCertificateRequest(b.Bytes)
-	if err != nil || csr.CheckSignature() != nil || len(csr.URIs) != 1 {
+	if csr.CheckSignature() != nil || len(csr.URIs) != 1 {
 		return nil, nil, status.Error(codes.InvalidArgument, "bad CSR")
 	}
 	id, err := spiffeid.FromURI(csr.URIs[0])

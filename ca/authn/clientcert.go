@@ -6,11 +6,10 @@ import (
 	"errors"
 	"slices"
 
-	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 
 	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
 )
@@ -64,11 +63,9 @@ func (c *ClientCert) Authenticate(_ context.Context, creds Credentials) (*Caller
 	if c.intermediates != nil {
 		chain = append(slices.Clone(chain), c.intermediates()...)
 	}
-	// go-spiffe checks what an X509-SVID must be (one SPIFFE URI SAN, not
-	// a CA, no certSign usage) and verifies the chain against the bundle
-	// of the ID's trust domain; other trust domains have no bundle here.
-	bundle := x509bundle.FromX509Authorities(c.td, c.roots())
-	id, _, err := x509svid.Verify(chain, bundle, x509svid.WithTime(c.clock.Now()))
+	// An X509-SVID of this trust domain only; other trust domains have no
+	// roots here.
+	id, err := certs.VerifySVID(chain, c.td, c.roots(), c.clock.Now())
 	if err != nil {
 		return nil, ca.Wrap(ca.KindUnauthenticated, err, "clientcert: the client certificate does not verify against this CA")
 	}

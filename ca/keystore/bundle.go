@@ -89,19 +89,7 @@ func (b *Bundle) check(now time.Time, n names, strictOrder bool) ([]*x509.Certif
 		}
 	}
 
-	opts := x509.VerifyOptions{
-		Roots:         x509.NewCertPool(),
-		Intermediates: x509.NewCertPool(),
-		CurrentTime:   now,
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	}
-	for _, c := range b.Roots {
-		opts.Roots.AddCert(c)
-	}
-	for _, c := range b.Intermediates {
-		opts.Intermediates.AddCert(c)
-	}
-	chains, err := b.Cert.Verify(opts)
+	chains, err := certs.VerifyChain(append([]*x509.Certificate{b.Cert}, b.Intermediates...), b.Roots, now)
 	if err != nil {
 		return nil, fmt.Errorf("keystore: %s does not chain to %s (intermediates from %s): %w", n.cert, n.roots, n.chain, err)
 	}

@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/cloudflare/cfssl/helpers"
-
 	"github.com/meshid/meshid/certs"
 )
 
@@ -181,16 +179,16 @@ func load(files map[string][]byte, l layout, n names, now time.Time) (*Bundle, e
 	return b, nil
 }
 
-// parseKey parses a PEM private key with cfssl's helper, which accepts
-// PKCS#8, PKCS#1 and SEC1 keys and skips the EC PARAMETERS block that
-// `openssl ecparam -genkey` writes first. Errors never include key bytes.
+// parseKey parses a PEM private key with certs.ParsePrivateKey (PKCS#8,
+// PKCS#1 or SEC1, after any EC PARAMETERS block). Errors never include key
+// bytes.
 func parseKey(data []byte) (crypto.Signer, error) {
 	if !bytes.Contains(data, []byte("-----BEGIN")) {
 		return nil, errors.New("no PEM private key found")
 	}
-	key, err := helpers.ParsePrivateKeyPEM(data)
+	key, err := certs.ParsePrivateKey(data)
 	if err != nil {
-		return nil, errors.New("cannot parse the private key (want an unencrypted PKCS#8, PKCS#1 or SEC1 PEM key)")
+		return nil, fmt.Errorf("cannot parse the private key (want an unencrypted PKCS#8, PKCS#1 or SEC1 PEM key): %w", err)
 	}
 	return key, nil
 }

@@ -24,9 +24,6 @@ const RootCommonName = "meshid root CA"
 // whose clocks run a little behind accept it at once.
 const rootBackdate = 5 * time.Minute
 
-// RootKeyTypes are the key types a self-signed root may have.
-var RootKeyTypes = []certs.KeyType{certs.ECP256, certs.ECP384, certs.RSA2048, certs.RSA3072, certs.RSA4096}
-
 // SelfSignedConfig configures a self-signed root.
 type SelfSignedConfig struct {
 	Dir         string        // state directory (LoadOrCreateSelfSigned only)
@@ -43,12 +40,8 @@ func (cfg SelfSignedConfig) withDefaults() (SelfSignedConfig, error) {
 	if cfg.KeyType == "" {
 		cfg.KeyType = certs.ECP256
 	}
-	ok := false
-	for _, k := range RootKeyTypes {
-		ok = ok || k == cfg.KeyType
-	}
-	if !ok {
-		return cfg, fmt.Errorf("keystore: root key type %q not supported (want ec-p256, ec-p384, rsa-2048, rsa-3072 or rsa-4096)", cfg.KeyType)
+	if _, err := certs.ParseCAKeyType(string(cfg.KeyType)); err != nil {
+		return cfg, fmt.Errorf("keystore: self-signed root: %w", err)
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultRootTTL

@@ -104,7 +104,7 @@ Latency percentiles cover successful requests.`,
 	fl.IntVar(&f.concurrency, "concurrency", caload.DefaultConcurrency, "requests in flight")
 	fl.DurationVar(&f.duration, "duration", caload.DefaultDuration, "length of a run (unless --requests is set)")
 	fl.IntVar(&f.requests, "requests", 0, "number of requests of a run (0: run for --duration)")
-	fl.StringVar(&f.keyType, "key-type", string(certs.ECP256), "leaf key type: "+keyTypeList())
+	fl.StringVar(&f.keyType, "key-type", string(certs.ECP256), "leaf key type: "+certs.KeyTypeNames(certs.KeyTypes))
 	fl.BoolVar(&f.pregen, "pregen-keys", false, "generate one key and CSR per service account before measuring")
 	fl.StringVar(&f.sweep, "sweep", "", "comma-separated concurrency `levels` (e.g. 1,2,4,8,16,32,64): one run and one row per level")
 	fl.StringVar(&f.chart, "chart", "", "write a throughput-vs-concurrency chart to this .svg or .png `file`")
@@ -119,14 +119,6 @@ Latency percentiles cover successful requests.`,
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines on standard error")
 	return cmd
-}
-
-func keyTypeList() string {
-	s := make([]string, len(certs.KeyTypes))
-	for i, k := range certs.KeyTypes {
-		s[i] = string(k)
-	}
-	return strings.Join(s, ", ")
 }
 
 // benchCAResult is the JSON document of `bench ca -o json`.

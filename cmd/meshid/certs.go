@@ -80,7 +80,7 @@ func newCertsRootCmd() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.out, "out", "", "`directory` to write root-cert.pem and root-key.pem to (required)")
-	fl.StringVar(&f.keyType, "key-type", string(certs.ECP256), "key type: ec-p256, ec-p384, rsa-2048, rsa-3072 or rsa-4096")
+	fl.StringVar(&f.keyType, "key-type", string(certs.ECP256), "key type: "+certs.KeyTypeNames(certs.CAKeyTypes))
 	fl.Var(&f.ttl, "ttl", "lifetime of the root (e.g. 87600h or 3650d)")
 	fl.StringVar(&f.org, "org", "meshid", "subject organization (O)")
 	fl.StringVar(&f.cn, "cn", "Root CA", "subject common name (CN)")
@@ -156,7 +156,7 @@ explicit --ttl that outlives the root is refused unless --allow-outlive.`,
 	fl.StringVar(&f.root, "root", "", "`directory` holding root-cert.pem and root-key.pem (required)")
 	fl.StringVar(&f.out, "out", "", "`directory` to write the cacerts files to (required)")
 	fl.StringVar(&f.name, "name", "", "cluster name, the subject's L (required)")
-	fl.StringVar(&f.keyType, "key-type", string(certs.ECP256), "key type: ec-p256, ec-p384, rsa-2048, rsa-3072 or rsa-4096")
+	fl.StringVar(&f.keyType, "key-type", string(certs.ECP256), "key type: "+certs.KeyTypeNames(certs.CAKeyTypes))
 	fl.Var(&f.ttl, "ttl", "lifetime of the intermediate (e.g. 87600h or 730d)")
 	fl.StringVar(&f.org, "org", "", "subject organization (O) (default: the root's)")
 	fl.StringVar(&f.cn, "cn", "Intermediate CA", "subject common name (CN)")
@@ -285,12 +285,11 @@ func loadRootDir(dir string, now time.Time) (root *x509.Certificate, key crypto.
 	return root, key, roots, nil
 }
 
-// caKeyType accepts the key types a CA may use (not ed25519: Istio and
-// most TLS stacks do not accept Ed25519 CA signatures).
+// caKeyType accepts the key types a CA may use, certs.CAKeyTypes.
 func caKeyType(s string) (certs.KeyType, error) {
-	kt, err := certs.ParseKeyType(s)
-	if err != nil || kt == certs.Ed25519 {
-		return "", fmt.Errorf("certs: --key-type %q: want ec-p256, ec-p384, rsa-2048, rsa-3072 or rsa-4096", s)
+	kt, err := certs.ParseCAKeyType(s)
+	if err != nil {
+		return "", fmt.Errorf("certs: --key-type %q: want one of %s", s, certs.KeyTypeNames(certs.CAKeyTypes))
 	}
 	return kt, nil
 }

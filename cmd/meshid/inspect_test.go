@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -78,11 +79,15 @@ func (h cliHierarchy) writeLeaf(t *testing.T, name string, issuedAt time.Time, t
 	if err != nil {
 		t.Fatal(err)
 	}
-	csr, err := certs.NewCSR(key, spiffeid.RequireFromString(testWorkload))
+	der, err := certs.NewCSR(key, spiffeid.RequireFromString(testWorkload))
 	if err != nil {
 		t.Fatal(err)
 	}
-	chain, _, err := testkit.AuthoritySigner{Authority: h.authority(t, clock.NewFake(issuedAt)), Caller: "default/default (test)"}.Sign(context.Background(), certs.EncodeCSR(csr), ttl)
+	csr, err := x509.ParseCertificateRequest(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, _, err := testkit.AuthoritySigner{Authority: h.authority(t, clock.NewFake(issuedAt)), Caller: "default/default (test)"}.Sign(context.Background(), csr, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/meshid/meshid/certs"
 )
 
 // chainProblems checks that each certificate of the chain is issued by the
@@ -52,24 +54,9 @@ func chainProblems(in *Input, roots []*x509.Certificate, rootsName string, now t
 // some instant, only the time problems of its root remain to report (those
 // of the input's own certificates are reported by timeProblems).
 func trustProblems(in *Input, roots []*x509.Certificate, rootsName string, now time.Time) []Problem {
-	pool := x509.NewCertPool()
-	for _, r := range roots {
-		pool.AddCert(r)
-	}
-	inter := x509.NewCertPool()
-	for _, c := range in.Certs[1:] {
-		inter.AddCert(c)
-	}
-	opts := x509.VerifyOptions{
-		Roots:         pool,
-		Intermediates: inter,
-		// SPIFFE leaves may carry any or no extended key usage.
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	}
 	var structural error
 	for _, t := range candidateTimes(now, in.Certs, roots) {
-		opts.CurrentTime = t
-		chains, err := in.Certs[0].Verify(opts)
+		chains, err := certs.VerifyChain(in.Certs, roots, t)
 		if err == nil {
 			root := chains[0][len(chains[0])-1]
 			for _, c := range in.Certs {

@@ -119,15 +119,15 @@ func ParsePEM(name string, data []byte) (*Input, error) {
 			if in.Key != nil {
 				return fail("more than one private key")
 			}
-			// certs.ParsePrivateKey never puts key bytes into its errors.
-			k, err := certs.ParsePrivateKey(pem.EncodeToMemory(b))
+			// certs never puts key bytes into its errors.
+			k, err := certs.ParsePrivateKeyBlock(b)
 			if err != nil {
 				return fail("PEM block %d: %v", n, err)
 			}
 			in.Key = k
 		case "ENCRYPTED PRIVATE KEY":
 			return fail("PEM block %d: encrypted private keys are not supported", n)
-		case "EC PARAMETERS":
+		case certs.BlockECParams:
 			// Written by `openssl ecparam -genkey` before the key; nothing to check.
 		default:
 			return fail("unknown PEM block type %q (block %d)", b.Type, n)

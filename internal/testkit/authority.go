@@ -46,8 +46,9 @@ type AuthoritySigner struct {
 	Caller string
 }
 
-func (s AuthoritySigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) (chain, roots []*x509.Certificate, err error) {
-	csr, err := ca.ParseCSR(csrPEM)
+func (s AuthoritySigner) Sign(ctx context.Context, req *x509.CertificateRequest, ttl time.Duration) (chain, roots []*x509.Certificate, err error) {
+	// The CSR goes through the CA's own parser, as it would over the wire.
+	csr, err := ca.ParseCSR(certs.EncodeCSR(req.Raw))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -31,9 +30,6 @@ import (
 
 // DefaultTimeout bounds one CreateCertificate call.
 const DefaultTimeout = 30 * time.Second
-
-// maxTokenSize guards against reading a huge file as a token.
-const maxTokenSize = 64 << 10
 
 // ErrInvalidResponse is wrapped by every error about an answer the client
 // refused (malformed chain, wrong key or identity, chain that does not
@@ -144,19 +140,21 @@ func New(cfg Config) (*Client, error) {
 // Close closes the connection to the CA.
 func (c *Client) Close() error { return c.conn.Close() }
 
-// Sign sends the PEM CSR and returns the certificate chain (leaf first, then
-// intermediates) and the root bundle. ttl is sent as validity_duration in
-// seconds (0 lets the CA choose). Errors from the CA keep their gRPC code.
-func (c *Client) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) (chain, roots []*x509.Certificate, err error) {
+// Sign sends the CSR (PEM-encoded only on the wire) and returns the
+// certificate chain (leaf first, then intermediates) and the root bundle,
+// checked with Verify against the CSR's key and SPIFFE ID. ttl is sent as
+// validity_duration in seconds (0 lets the CA choose). Errors from the CA
+// keep their gRPC code; a refused answer wraps ErrInvalidResponse.
+func (c *Client) Sign(ctx context.Context, csr *x509.CertificateRequest, ttl time.Duration) (chain, roots []*x509.Certificate, err error) {
 	start := c.clock.Now()
 	defer func() {
 		c.metrics.duration.Observe(c.clock.Now().Sub(start).Seconds())
 		if err != nil {
 			c.metrics.failure(err)
-			c.log.Debug("CreateCertificate failed", "code", failureCode(err), "error", err)
+			c.log.Debug("CreateCertificate failed", "code", FailureCode(err), "error", err)
 		}
 	}()
-	csr, err := parseCSR(csrPEM)
+	id, err := csrID(csr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -168,7 +166,7 @@ func (c *Client) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) (ch
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	resp, err := c.api.CreateCertificate(ctx, &pb.IstioCertificateRequest{
-		Csr:              string(csrPEM),
+		Csr:              string(certs.EncodeCSR(csr.Raw)),
 		ValidityDuration: int64(ttl / time.Second),
 		Metadata:         c.meta,
 	})
@@ -179,11 +177,23 @@ func (c *Client) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) (ch
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := verify(chain, roots, csr, c.clock.Now()); err != nil {
+	if err := Verify(chain, roots, csr.PublicKey, id, c.clock.Now()); err != nil {
 		return nil, nil, err
 	}
 	c.log.Debug("certificate issued", "serial", chain[0].SerialNumber.Text(16), "not_after", chain[0].NotAfter.UTC())
 	return chain, roots, nil
+}
+
+// csrID returns the one SPIFFE ID the CSR asks for.
+func csrID(csr *x509.CertificateRequest) (spiffeid.ID, error) {
+	if csr == nil {
+		return spiffeid.ID{}, errors.New("caclient: no CSR")
+	}
+	id, err := x509svid.IDFromCert(&x509.Certificate{URIs: csr.URIs})
+	if err != nil {
+		return spiffeid.ID{}, fmt.Errorf("caclient: the CSR does not carry exactly one SPIFFE ID: %w", err)
+	}
+	return id, nil
 }
 
 // readToken returns the trimmed token. Errors name the file, never the
@@ -194,12 +204,12 @@ func (c *Client) readToken() (string, error) {
 		return "", &tokenError{fmt.Errorf("caclient: token file: %w", err)}
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxTokenSize+1))
+	b, err := io.ReadAll(io.LimitReader(f, identity.MaxTokenSize+1))
 	if err != nil {
 		return "", &tokenError{fmt.Errorf("caclient: token file %s: %w", c.tokenFile, err)}
 	}
-	if len(b) > maxTokenSize {
-		return "", &tokenError{fmt.Errorf("caclient: token file %s is larger than %d bytes", c.tokenFile, maxTokenSize)}
+	if len(b) > identity.MaxTokenSize {
+		return "", &tokenError{fmt.Errorf("caclient: token file %s is larger than %d bytes", c.tokenFile, identity.MaxTokenSize)}
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
@@ -226,26 +236,15 @@ func invalid(format string, args ...any) error {
 	return &responseError{msg: fmt.Sprintf(format, args...)}
 }
 
-// failureCode labels an error for metrics: the gRPC code, or the
-// FailureCode of a local failure.
-func failureCode(err error) string {
+// FailureCode labels a failed attempt to get a certificate, for logs and
+// metrics: "invalid_response" for answers refused by Verify, the FailureCode
+// of another local failure ("token_file"), else the gRPC code.
+func FailureCode(err error) string {
 	var fc interface{ FailureCode() string }
 	if errors.As(err, &fc) {
 		return fc.FailureCode()
 	}
 	return status.Code(err).String()
-}
-
-func parseCSR(csrPEM []byte) (*x509.CertificateRequest, error) {
-	b, _ := pem.Decode(csrPEM)
-	if b == nil || b.Type != certs.BlockCSR {
-		return nil, errors.New("caclient: the CSR is not a PEM CERTIFICATE REQUEST")
-	}
-	csr, err := x509.ParseCertificateRequest(b.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("caclient: parse CSR: %w", err)
-	}
-	return csr, nil
 }
 
 // parseChain splits cert_chain: the last element is the root bundle (one or
@@ -268,42 +267,27 @@ func parseChain(elems []string) (chain, roots []*x509.Certificate, err error) {
 	return chain, roots, nil
 }
 
-// verify checks that the leaf certifies the CSR's key and SPIFFE ID and that
-// the chain verifies to roots at now.
-func verify(chain, roots []*x509.Certificate, csr *x509.CertificateRequest, now time.Time) error {
-	leaf := chain[0]
+// Verify checks a CA's answer to a CSR for key pub and SPIFFE ID id: a
+// leaf (chain[0]) that certifies pub, is an X509-SVID for exactly id, and
+// verifies through chain[1:] to roots at now. Every refusal wraps
+// ErrInvalidResponse. It is the agent's one check of a CA's answer.
+func Verify(chain, roots []*x509.Certificate, pub crypto.PublicKey, id spiffeid.ID, now time.Time) error {
+	switch {
+	case len(chain) == 0:
+		return invalid("no certificate")
+	case len(roots) == 0:
+		return invalid("no roots")
+	}
 	type equaler interface{ Equal(crypto.PublicKey) bool }
-	if k, ok := csr.PublicKey.(equaler); !ok || !k.Equal(leaf.PublicKey) {
+	if k, ok := pub.(equaler); !ok || !k.Equal(chain[0].PublicKey) {
 		return invalid("the leaf does not certify the CSR's public key")
 	}
-	if len(csr.URIs) > 0 {
-		want, err := spiffeid.FromURI(csr.URIs[0])
-		if err != nil || len(csr.URIs) != 1 {
-			return fmt.Errorf("caclient: the CSR does not carry exactly one SPIFFE ID")
-		}
-		got, err := x509svid.IDFromCert(leaf)
-		if err != nil {
-			return invalid("leaf: %v", err)
-		}
-		if got != want {
-			return invalid("leaf identity %s, want %s", got, want)
-		}
+	got, err := certs.VerifySVID(chain, id.TrustDomain(), roots, now)
+	if err != nil {
+		return invalid("the answer is not an X509-SVID chained to the returned roots: %v", err)
 	}
-	rootPool := x509.NewCertPool()
-	for _, r := range roots {
-		rootPool.AddCert(r)
-	}
-	inter := x509.NewCertPool()
-	for _, c := range chain[1:] {
-		inter.AddCert(c)
-	}
-	if _, err := leaf.Verify(x509.VerifyOptions{
-		Roots:         rootPool,
-		Intermediates: inter,
-		CurrentTime:   now,
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	}); err != nil {
-		return invalid("the chain does not verify to the returned roots: %v", err)
+	if got != id {
+		return invalid("leaf identity %s, want %s", got, id)
 	}
 	return nil
 }

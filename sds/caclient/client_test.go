@@ -329,8 +329,11 @@ func TestNewValidates(t *testing.T) {
 func TestBadCSR(t *testing.T) {
 	h := newHierarchy(t)
 	c := newClient(t, caclient.Config{Addr: "127.0.0.1:1", Roots: []*x509.Certificate{h.root}, TokenFile: "unused"})
-	if _, _, err := c.Sign(context.Background(), []byte("not a csr"), time.Hour); err == nil {
-		t.Fatal("accepted a non-PEM CSR")
+	_, noID := newCSR(t, "https://example.com/not-spiffe")
+	for name, csr := range map[string]*x509.CertificateRequest{"nil": nil, "no SPIFFE ID": noID, "no URI": {}} {
+		if _, _, err := c.Sign(context.Background(), csr, time.Hour); err == nil {
+			t.Errorf("%s: accepted the CSR", name)
+		}
 	}
 }
 

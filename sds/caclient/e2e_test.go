@@ -169,8 +169,8 @@ type switchSigner struct {
 	cur atomic.Pointer[caclient.Client]
 }
 
-func (s *switchSigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
-	return s.cur.Load().Sign(ctx, csrPEM, ttl)
+func (s *switchSigner) Sign(ctx context.Context, csr *x509.CertificateRequest, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
+	return s.cur.Load().Sign(ctx, csr, ttl)
 }
 
 // TestRealCASecretManager runs the agent's SecretManager over this client

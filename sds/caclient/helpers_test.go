@@ -194,8 +194,8 @@ func writeToken(t testing.TB, path, tok string) {
 
 func tokenPath(t *testing.T) string { return filepath.Join(t.TempDir(), "istio-token") }
 
-// newCSR returns a key and a PEM CSR for uri.
-func newCSR(t testing.TB, uri string) (crypto.Signer, []byte) {
+// newCSR returns a key and a CSR for uri.
+func newCSR(t testing.TB, uri string) (crypto.Signer, *x509.CertificateRequest) {
 	t.Helper()
 	key, err := certs.GenerateKey(certs.ECP256)
 	if err != nil {
@@ -206,7 +206,11 @@ func newCSR(t testing.TB, uri string) (crypto.Signer, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return key, certs.EncodeCSR(der)
+	csr, err := x509.ParseCertificateRequest(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, csr
 }
 
 func mustRemove(t *testing.T, path string) {

@@ -35,5 +35,5 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 func (m *metrics) failure(err error) {
-	m.failures.WithLabelValues(failureCode(err)).Inc()
+	m.failures.WithLabelValues(FailureCode(err)).Inc()
 }

@@ -5,7 +5,6 @@ import (
 	"crypto"
 	"crypto/rand"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"log/slog"
 	"net/url"
@@ -16,12 +15,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/sds/caclient"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -79,7 +80,10 @@ func (ca *testCA) setFail(c codes.Code) {
 	ca.mu.Unlock()
 }
 
-func (ca *testCA) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
+// Sign signs like a CA and then checks its own answer with caclient.Verify,
+// as the agent's CA client does, so that a tampered answer reaches the
+// Manager as the refusal caclient would return.
+func (ca *testCA) Sign(ctx context.Context, csr *x509.CertificateRequest, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
 	ca.calls.Add(1)
 	// The outcome is decided on entry, so a test that changes the knobs
 	// after seeing the call enter does not change this call.
@@ -95,14 +99,6 @@ func (ca *testCA) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([
 	}
 	ca.mu.Lock()
 	defer ca.mu.Unlock()
-	b, _ := pem.Decode(csrPEM)
-	if b == nil || b.Type != certs.BlockCSR {
-		return nil, nil, status.Error(codes.InvalidArgument, "bad CSR PEM")
-	}
-	csr, err := x509.ParseCertificateRequest(b.Bytes)
-	if err != nil {
-		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
-	}
 	if err := csr.CheckSignature(); err != nil {
 		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -147,6 +143,13 @@ func (ca *testCA) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([
 	}
 	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
+		return nil, nil, err
+	}
+	id, err := x509svid.IDFromCert(&x509.Certificate{URIs: csr.URIs})
+	if err != nil {
+		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := caclient.Verify([]*x509.Certificate{leaf}, roots, csr.PublicKey, id, now); err != nil {
 		return nil, nil, err
 	}
 	return []*x509.Certificate{leaf}, roots, nil

@@ -17,15 +17,18 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/sds/caclient"
 )
 
 // Signer sends a CSR to a CA. caclient.Client implements it. It returns the
-// leaf followed by the intermediates, and the root bundle. Errors should
-// carry a gRPC status, or have a FailureCode() string method for local
-// failures; the Manager logs and counts failures by that code. Sign must
-// return within a bounded time; caclient applies its Timeout.
+// leaf followed by the intermediates, and the root bundle, verified with
+// caclient.Verify against the CSR's key and SPIFFE ID (a refused answer
+// wraps caclient.ErrInvalidResponse). Errors should carry a gRPC status, or
+// have a FailureCode() string method for local failures; the Manager logs
+// and counts failures by caclient.FailureCode. Sign must return within a
+// bounded time; caclient applies its Timeout.
 type Signer interface {
-	Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) (chain, roots []*x509.Certificate, err error)
+	Sign(ctx context.Context, csr *x509.CertificateRequest, ttl time.Duration) (chain, roots []*x509.Certificate, err error)
 }
 
 // Defaults.
@@ -339,7 +342,7 @@ func (m *Manager) fly(ctx context.Context, f *flight) {
 }
 
 func (m *Manager) logFailure(err error, attempt int, delay time.Duration) {
-	attrs := []any{"error", err, "code", codeOf(err), "attempt", attempt, "retry_in", delay}
+	attrs := []any{"error", err, "code", caclient.FailureCode(err), "attempt", attempt, "retry_in", delay}
 	if s := m.cert.Load(); s != nil {
 		attrs = append(attrs, "cert_expires_in", s.NotAfter.Sub(m.clock.Now()))
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshid/meshid/sds/caclient"
 )
 
 type metrics struct {
@@ -60,5 +62,5 @@ func newMetrics(reg prometheus.Registerer, m *Manager) (*metrics, error) {
 }
 
 func (met *metrics) caFailure(err error) {
-	met.caFailures.WithLabelValues(codeOf(err)).Inc()
+	met.caFailures.WithLabelValues(caclient.FailureCode(err)).Inc()
 }

@@ -2,7 +2,6 @@ package storm_test
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
@@ -48,25 +47,6 @@ func newAuthority(t testing.TB, clk clock.Clock, reg prometheus.Registerer) *ca.
 		t.Fatal(err)
 	}
 	return a
-}
-
-// authoritySigner is a secretcache.Signer that calls an in-process
-// Authority for one identity: the CA's whole signing path without gRPC.
-type authoritySigner struct {
-	a  *ca.Authority
-	id spiffeid.ID
-}
-
-func (s authoritySigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
-	csr, err := ca.ParseCSR(csrPEM)
-	if err != nil {
-		return nil, nil, err
-	}
-	iss, err := s.a.Sign(ctx, ca.Request{CSR: csr, ID: s.id, Caller: "storm", TTL: ttl})
-	if err != nil {
-		return nil, nil, err
-	}
-	return append([]*x509.Certificate{iss.Leaf}, iss.Chain...), iss.Roots, nil
 }
 
 // caServer is a running ca/server on 127.0.0.1 with JWT authentication

@@ -11,6 +11,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -38,7 +39,7 @@ func TestRenewalJitterSpreads(t *testing.T) {
 	for i := range managers {
 		id := spiffeid.RequireFromSegments(td, "ns", "storm", "sa", fmt.Sprintf("sa-%d", i%100))
 		m, err := secretcache.New(secretcache.Config{
-			Signer: authoritySigner{a: authority, id: id}, ID: id, TTL: ttl, Clock: clk, Logger: quiet,
+			Signer: testkit.AuthoritySigner{Authority: authority, ID: id, Caller: "storm"}, ID: id, TTL: ttl, Clock: clk, Logger: quiet,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -28,7 +28,7 @@ type agent struct {
 
 // Sign passes the CSR to the CA client and counts rate-limited answers.
 func (a *agent) sign(c secretcache.Signer) secretcache.Signer {
-	return signerFunc(func(ctx context.Context, csr []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
+	return signerFunc(func(ctx context.Context, csr *x509.CertificateRequest, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
 		chain, roots, err := c.Sign(ctx, csr, ttl)
 		if status.Code(err) == codes.ResourceExhausted {
 			a.mu.Lock()
@@ -43,9 +43,9 @@ func (a *agent) sign(c secretcache.Signer) secretcache.Signer {
 	})
 }
 
-type signerFunc func(ctx context.Context, csr []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error)
+type signerFunc func(ctx context.Context, csr *x509.CertificateRequest, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error)
 
-func (f signerFunc) Sign(ctx context.Context, csr []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
+func (f signerFunc) Sign(ctx context.Context, csr *x509.CertificateRequest, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
 	return f(ctx, csr, ttl)
 }
 

@@ -2,7 +2,6 @@ package sdsload_test
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -14,38 +13,18 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/internal/bench/latency"
 	"github.com/meshid/meshid/internal/bench/sdsload"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
 var testID = spiffeid.RequireFromString("spiffe://cluster.local/ns/bench/sa/bench-0")
-
-// authoritySigner signs the agent's CSRs with a real Authority, for the
-// identity the CSR names (the agent's CA client would prove it with a token).
-type authoritySigner struct{ a *ca.Authority }
-
-func (s authoritySigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
-	csr, err := ca.ParseCSR(csrPEM)
-	if err != nil {
-		return nil, nil, err
-	}
-	id, err := x509svid.IDFromCert(&x509.Certificate{URIs: csr.Request().URIs})
-	if err != nil {
-		return nil, nil, err
-	}
-	iss, err := s.a.Sign(ctx, ca.Request{CSR: csr, ID: id, Caller: "bench test", TTL: ttl})
-	if err != nil {
-		return nil, nil, err
-	}
-	return append([]*x509.Certificate{iss.Leaf}, iss.Chain...), iss.Roots, nil
-}
 
 // agent is a real SecretManager behind a real SDS server on a Unix socket.
 type agent struct {
@@ -63,7 +42,7 @@ func startAgent(t *testing.T) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := secretcache.New(secretcache.Config{Signer: authoritySigner{auth}, ID: testID, TTL: time.Hour})
+	m, err := secretcache.New(secretcache.Config{Signer: testkit.AuthoritySigner{Authority: auth, Caller: "bench test"}, ID: testID, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

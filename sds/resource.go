@@ -1,7 +1,6 @@
 package sds
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -47,7 +46,8 @@ type entry struct {
 	dSpiffe    *discoveryv3.Resource
 }
 
-func unknownEntry(name string) *entry { return &entry{name: name, unknown: true} }
+// unknown is the entry of a name the Source does not know.
+var unknown = &entry{unknown: true}
 
 // newEntry builds the resources of sec. The private key is PEM-encoded here,
 // once per version; the PEM lives only in the serialized resource.
@@ -137,33 +137,4 @@ func (e *entry) expired(now time.Time) bool {
 
 func inline(b []byte) *corev3.DataSource {
 	return &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: b}}
-}
-
-// memo builds each secret version's entry once, for topics and FetchSecrets
-// alike. It keeps the latest entry of every name it was asked for, even
-// when no stream subscribes any more, so that a proxy that reconnects does
-// not pay for the encoding again; the Source keeps those secrets anyway.
-type memo struct {
-	mu      sync.Mutex
-	entries map[string]*entry // by name: the latest version built
-}
-
-func (m *memo) get(sec *secretcache.Secret) (*entry, error) {
-	if sec == nil {
-		return nil, errors.New("sds: nil secret")
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e := m.entries[sec.Name]; e != nil && e.version == sec.Version && !e.unknown {
-		return e, nil
-	}
-	e, err := newEntry(sec)
-	if err != nil {
-		return nil, err
-	}
-	if m.entries == nil {
-		m.entries = map[string]*entry{}
-	}
-	m.entries[sec.Name] = e
-	return e, nil
 }

@@ -82,4 +82,3 @@ func BenchmarkUniq(b *testing.B) {
 		}
 	}
 }
-

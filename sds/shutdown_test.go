@@ -94,7 +94,9 @@ func TestShutdownWhateverClientsDo(t *testing.T) {
 		w.request(dflt)
 		d := newDelta(t, client, nil)
 		d.change([]string{dflt, fmt.Sprintf("unknown-%d", i)}, nil)
-		go func() { _, _ = client.FetchSecrets(context.Background(), &discoveryv3.DiscoveryRequest{ResourceNames: []string{dflt}}) }()
+		go func() {
+			_, _ = client.FetchSecrets(context.Background(), &discoveryv3.DiscoveryRequest{ResourceNames: []string{dflt}})
+		}()
 	}
 	logs.WaitFor(t, "SDS stream opened", 15)
 	cancel()
@@ -131,7 +133,9 @@ func TestShutdownBounded(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	socket, cancel, done := runServer(t, sds.Config{Source: src, Clock: clk})
 	client := secretv3.NewSecretDiscoveryServiceClient(dial(t, socket))
-	go func() { _, _ = client.FetchSecrets(context.Background(), &discoveryv3.DiscoveryRequest{ResourceNames: []string{dflt}}) }()
+	go func() {
+		_, _ = client.FetchSecrets(context.Background(), &discoveryv3.DiscoveryRequest{ResourceNames: []string{dflt}})
+	}()
 	<-src.entered
 	cancel()
 	guard := make(chan struct{})

@@ -21,7 +21,7 @@ import (
 // receiving default, over the real socket with a real Manager and the real
 // CA server on loopback:
 //   - cached: the Manager holds the certificate; no other stream watches it
-//     (the server creates the topic and fetches from the cache).
+//     (the stream watches it and fetches it from the Manager).
 //   - cached-shared: another stream already subscribes to default, as when
 //     a proxy reconnects to a busy agent.
 //   - cold: a fresh agent; the stream waits for key generation and the

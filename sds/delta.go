@@ -10,29 +10,25 @@ import (
 // deltaStream is one DeltaSecrets call.
 type deltaStream struct {
 	stream
-	subs map[string]*deltaSub // guarded by mu
+	subs map[string]*sub // guarded by mu
 
 	lastNames []string // names in the latest response, for NACK logs
 }
 
-// deltaSub is a subscribed name.
-type deltaSub struct {
-	t           *topic
-	has         string // the version the client holds ("" = none)
-	removedSent bool   // the name was reported in removed_resources
-}
-
 // DeltaSecrets serves the incremental SDS protocol.
 func (s *Server) DeltaSecrets(gs grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]) error {
-	st := &deltaStream{subs: map[string]*deltaSub{}}
+	st := &deltaStream{subs: map[string]*sub{}}
 	st.init(s, gs, st, "delta")
 	return serve(&st.stream, gs, st)
 }
 
-func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) {
+func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
 	st.firstRequest(req.GetNode())
 	if !st.checkType(req.GetTypeUrl()) {
-		return
+		return nil
+	}
+	if n := len(req.GetResourceNamesSubscribe()); n > st.srv.maxNames {
+		return st.tooMany(n)
 	}
 	initial := req.GetInitialResourceVersions()
 
@@ -47,39 +43,44 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) {
 			st.staleLocked(n)
 		}
 	}
-	var removed []*topic
+	var removed []*sub
 	for _, n := range req.GetResourceNamesUnsubscribe() {
-		if sub := st.subs[n]; sub != nil {
+		if sb := st.subs[n]; sb != nil {
 			delete(st.subs, n)
-			removed = append(removed, sub.t)
+			removed = append(removed, sb)
 		}
 	}
 	var added []string
 	resend := false
 	for _, n := range uniq(req.GetResourceNamesSubscribe()) {
-		if sub := st.subs[n]; sub != nil {
+		if sb := st.subs[n]; sb != nil {
 			// Subscribing again asks for the resource again.
-			sub.has, sub.removedSent = initial[n], false
+			sb.sent, sb.reported = initial[n], false
 			resend = true
 			continue
 		}
 		added = append(added, n)
 	}
+	total := len(st.subs) + len(added)
 	st.mu.Unlock()
 
-	for _, t := range removed {
-		st.srv.hub.unsubscribe(t, st)
+	st.unsubscribe(removed)
+	// The stream's subscriptions stay within the cap too.
+	if total > st.srv.maxNames {
+		return st.tooMany(total)
 	}
 	if len(added) > 0 {
-		st.subscribeAll(st, added, func(ts []*topic) {
-			for _, t := range ts {
-				st.subs[t.name] = &deltaSub{t: t, has: initial[t.name]}
+		st.subscribe(added, func(subs []*sub) {
+			for _, sb := range subs {
+				sb.sent = initial[sb.name]
+				st.subs[sb.name] = sb
 			}
 		})
 	}
 	if resend || len(added) > 0 {
 		st.flush()
 	}
+	return nil
 }
 
 // nextLocked returns one response with every subscribed resource whose
@@ -88,22 +89,22 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) {
 func (st *deltaStream) nextLocked() any {
 	now := st.srv.clock.Now()
 	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: SecretTypeURL}
-	for name, sub := range st.subs {
-		e := sub.t.cur.Load()
+	for name, sb := range st.subs {
+		e := sb.cur.Load()
 		switch {
 		case e == nil:
 			continue
 		case e.unknown:
-			if !sub.removedSent {
-				sub.removedSent, sub.has = true, ""
+			if !sb.reported {
+				sb.reported, sb.sent = true, ""
 				st.unknownLocked(name)
 				resp.RemovedResources = append(resp.RemovedResources, name)
 			}
 			continue
-		case e.version == sub.has || e.expired(now):
+		case e.version == sb.sent || e.expired(now):
 			continue
 		}
-		sub.has, sub.removedSent = e.version, false
+		sb.sent, sb.reported = e.version, false
 		resp.Resources = append(resp.Resources, e.deltaResource(st.spiffe))
 	}
 	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 {
@@ -127,10 +128,11 @@ func (st *deltaStream) nextLocked() any {
 func (st *deltaStream) end() {
 	st.close()
 	st.mu.Lock()
-	subs := st.subs
+	subs := make([]*sub, 0, len(st.subs))
+	for _, sb := range st.subs {
+		subs = append(subs, sb)
+	}
 	st.subs = nil
 	st.mu.Unlock()
-	for _, sub := range subs {
-		st.srv.hub.unsubscribe(sub.t, st)
-	}
+	st.unsubscribe(subs)
 }

@@ -25,13 +25,16 @@
 // per-stream variant of a resource (the SPIFFE validator form). What this
 // package needs is simpler and cheaper:
 //
-//   - A hub keeps one topic per resource name with subscribers. A topic
-//     registers one Watch with the Source however many streams subscribe,
-//     is fetched once (by its first subscriber, on that stream's goroutine),
-//     and holds the Envoy resource built for the current version. The
-//     resource (and the PEM of the private key, which exists nowhere else)
-//     is built once per version and shared by every stream, so a rotation
-//     costs one encoding, not one per stream.
+//   - Subscriptions are the Source's: each stream registers its own Watch
+//     per subscribed name (secretcache.Manager.Watch is the one
+//     subscription point, built for 10,000 watchers of a name, and shared
+//     with any other consumer such as a Workload API), then fetches the
+//     current secret on its handler goroutine. What streams share here is
+//     the encoded-resource cache: the Envoy resource built for a name's
+//     current version (and the PEM of the private key, which exists
+//     nowhere else) is built once and sent by every stream, so a rotation
+//     costs one encoding, not one per stream. A name's cache entry is
+//     freed with its last subscription.
 //   - A stream has no goroutine of its own while idle: gRPC's handler
 //     goroutine blocks in Recv and answers requests itself, and a push
 //     (from the Source's notification) starts a sender goroutine that
@@ -52,6 +55,15 @@
 //     name that is unknown is reported in removed_resources.
 //   - A name that does not exist yet (secretcache.ErrNotReady) stays
 //     subscribed and is sent when the Source reports it. An unknown name is
-//     logged and counted and the stream stays up. An expired certificate is
-//     never sent.
+//     logged and counted and the stream stays up (a file that is absent or
+//     outside the allowed directories is unknown, the same way, until it
+//     appears). An expired certificate is never sent.
+//
+// # Limits
+//
+// A request naming more than Config.MaxResourceNames resources, or a delta
+// stream that would subscribe to more, is refused with ResourceExhausted
+// and its stream ends. Warnings a client causes (NACKs, unknown names,
+// other types) are rate-limited per stream. Run's shutdown is bounded by
+// Config.ShutdownTimeout. Errors map to gRPC codes in errors.go.
 package sds

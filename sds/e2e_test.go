@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -102,7 +103,7 @@ func newCAStack(t testing.TB) *caStack {
 // until stop is called.
 func (s *caStack) newManager(t testing.TB, clk clock.Clock) (*secretcache.Manager, func()) {
 	t.Helper()
-	m, err := secretcache.New(secretcache.Config{Signer: countingSigner{s: s, c: s.client}, ID: testID, TTL: time.Hour, Clock: clk})
+	m, err := secretcache.New(secretcache.Config{Signer: countingSigner{s: s, c: s.client}, ID: testID, TTL: time.Hour, Clock: clk, FileSecretDirs: []string{os.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package sds
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 
@@ -10,8 +9,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
-
-	"github.com/meshid/meshid/sds/secretcache"
 )
 
 // FetchSecrets returns the requested secrets now, waiting (within the
@@ -20,12 +17,18 @@ import (
 func (s *Server) FetchSecrets(ctx context.Context, req *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
 	if t := req.GetTypeUrl(); t != "" && t != SecretTypeURL {
 		s.metrics.bad.WithLabelValues(reasonTypeURL).Inc()
-		return nil, status.Errorf(codes.InvalidArgument, "sds: type_url %q is not %s", t, SecretTypeURL)
+		return nil, errWrongType(t)
+	}
+	if n := len(req.GetResourceNames()); n > s.maxNames {
+		s.metrics.bad.WithLabelValues(reasonTooManyNames).Inc()
+		err := s.tooManyNames(n)
+		s.fetchWarn("SDS request refused", "error", err)
+		return nil, err
 	}
 	names := uniq(req.GetResourceNames())
 	if len(names) == 0 {
 		s.metrics.bad.WithLabelValues(reasonNoNames).Inc()
-		return nil, status.Error(codes.InvalidArgument, "sds: FetchSecrets needs resource_names")
+		return nil, errNoNames()
 	}
 	spiffe := wantsSPIFFE(req.GetNode())
 	now := s.clock.Now()
@@ -36,7 +39,7 @@ func (s *Server) FetchSecrets(ctx context.Context, req *discoveryv3.DiscoveryReq
 		if err != nil {
 			return nil, s.fetchError(name, err)
 		}
-		e, err := s.hub.memo.get(sec)
+		e, err := s.hub.entry(sec)
 		if err != nil {
 			s.log.Error("cannot build SDS resource", "resource", name, "error", err)
 			return nil, status.Errorf(codes.Internal, "sds: cannot encode %q", name)
@@ -50,19 +53,4 @@ func (s *Server) FetchSecrets(ctx context.Context, req *discoveryv3.DiscoveryReq
 	resp.VersionInfo = strings.Join(versions, ",")
 	resp.Nonce = strconv.FormatUint(s.fetches.Add(1), 10)
 	return resp, nil
-}
-
-func (s *Server) fetchError(name string, err error) error {
-	switch {
-	case errors.Is(err, secretcache.ErrUnknownResource):
-		s.metrics.bad.WithLabelValues(reasonUnknownResource).Inc()
-		s.log.Warn("SDS fetch of an unknown resource", "resource", name)
-		return status.Errorf(codes.NotFound, "sds: unknown resource %q", name)
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Errorf(codes.DeadlineExceeded, "sds: %q is not available yet", name)
-	case errors.Is(err, context.Canceled):
-		return status.Errorf(codes.Canceled, "sds: fetch of %q canceled", name)
-	}
-	// The cause may name the CA's error; it never holds a key or token.
-	return status.Errorf(codes.Unavailable, "sds: %q is not available: %v", name, err)
 }

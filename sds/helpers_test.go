@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -240,7 +241,9 @@ type env struct {
 	rotate     func(t *testing.T)
 	rootChange func(t *testing.T)
 	// later returns a name that does not exist yet, and a function that
-	// makes it exist.
+	// makes it exist. With a Manager it is an absent file, which is
+	// unknown until it appears (absent and not-allowed files look the
+	// same), so a delta stream may report it removed first.
 	later func(t *testing.T) (string, func())
 	// watchers returns how many watches the server holds on name.
 	watchers func(name string) int
@@ -315,7 +318,7 @@ func newManager(t testing.TB, p *pki, clk clock.Clock) *secretcache.Manager {
 // runManager runs a real Manager whose Signer is p until stop is called.
 func runManager(t testing.TB, p *pki, clk clock.Clock) (*secretcache.Manager, func()) {
 	t.Helper()
-	m, err := secretcache.New(secretcache.Config{Signer: p, ID: testID, TTL: time.Hour, Clock: clk})
+	m, err := secretcache.New(secretcache.Config{Signer: p, ID: testID, TTL: time.Hour, Clock: clk, FileSecretDirs: []string{os.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,133 +3,137 @@ package sds
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
-// subscriber is a stream subscribed to topics. kick must not block: it marks
-// the stream as having something to send.
-type subscriber interface{ kick() }
-
-// hub holds one topic per subscribed resource name.
+// hub is what streams share: the encoded-resource cache. Subscriptions are
+// the Source's (Manager.Watch is the one subscription point, for SDS streams
+// and any other consumer); each stream keeps its own in subs.
 type hub struct {
-	src  Source
-	log  *slog.Logger
-	memo memo
+	src Source
 
-	mu     sync.Mutex
-	topics map[string]*topic
+	mu    sync.Mutex
+	cache map[string]*cached // by name, while a stream subscribes to it
 }
 
-// topic is one resource name with its subscribers. It watches the Source
-// once, is fetched once (by its first subscriber), and keeps the latest
-// entry.
-type topic struct {
-	name string
-	h    *hub
-	cur  atomic.Pointer[entry] // nil until the secret exists
-
-	mu   sync.Mutex
-	subs map[subscriber]struct{}
-
-	cancelWatch func()
+// cached is the latest entry of a subscribed name and how many stream
+// subscriptions hold it.
+type cached struct {
+	refs int
+	e    *entry
 }
 
-func newHub(src Source, log *slog.Logger) *hub {
-	return &hub{src: src, log: log, topics: map[string]*topic{}}
-}
+func newHub(src Source) *hub { return &hub{src: src, cache: map[string]*cached{}} }
 
-// subscribe adds s to the topic of name. For a new topic it registers the
-// one Watch and reports created: the caller must then fetch it (after the
-// Watch, so that a change in between is not lost).
-func (h *hub) subscribe(name string, s subscriber) (t *topic, created bool) {
+// ref counts a subscription to name, so that entries built for it are kept.
+func (h *hub) ref(name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t = h.topics[name]
-	if t == nil {
-		t = &topic{name: name, h: h, subs: map[subscriber]struct{}{}}
-		h.topics[name] = t
-		// The Manager calls notify without holding locks of ours, and
-		// notify takes only t.mu and the subscribers' locks, never h.mu.
-		t.cancelWatch = h.src.Watch(name, t.notify)
-		created = true
+	c := h.cache[name]
+	if c == nil {
+		c = &cached{}
+		h.cache[name] = c
 	}
-	t.mu.Lock()
-	t.subs[s] = struct{}{}
-	t.mu.Unlock()
-	return t, created
+	c.refs++
 }
 
-// unsubscribe removes s from t and drops the topic after its last
-// subscriber.
-func (h *hub) unsubscribe(t *topic, s subscriber) {
+// unref drops a subscription; the last one frees the name's entry.
+func (h *hub) unref(name string) {
 	h.mu.Lock()
-	t.mu.Lock()
-	delete(t.subs, s)
-	empty := len(t.subs) == 0
-	t.mu.Unlock()
-	if !empty || h.topics[t.name] != t {
-		h.mu.Unlock()
-		return
+	defer h.mu.Unlock()
+	if c := h.cache[name]; c != nil {
+		if c.refs--; c.refs <= 0 {
+			delete(h.cache, name)
+		}
 	}
-	delete(h.topics, t.name)
-	h.mu.Unlock()
-	t.cancelWatch()
 }
 
-// fetch asks the Source for the current secret; the first subscriber calls
-// it, on its own goroutine and with its stream's context, so that a cached
-// secret reaches a new stream without a goroutine hand-off. A secret that
-// does not exist yet, or whose generation outlives that stream, arrives
-// later through notify (the Source reports every new secret).
-func (t *topic) fetch(ctx context.Context) {
-	sec, err := t.h.src.Secret(ctx, t.name)
-	switch {
-	case err == nil:
-		e, err := t.h.memo.get(sec)
-		if err != nil {
-			t.h.log.Error("cannot build SDS resource", "resource", t.name, "error", err)
-			return
-		}
-		// A notify that arrived meanwhile carries a newer version.
-		if t.cur.CompareAndSwap(nil, e) {
-			t.kickAll()
-		}
-	case errors.Is(err, secretcache.ErrUnknownResource):
-		if t.cur.CompareAndSwap(nil, unknownEntry(t.name)) {
-			t.kickAll()
-		}
-	case ctx.Err() != nil:
-	default:
-		t.h.log.Info("SDS resource not ready yet; it is sent when it becomes available",
-			"resource", t.name, "error", err)
+// entry returns the Envoy resources of sec, built once per version however
+// many streams send it (the private key's PEM exists nowhere else). An
+// entry for a name no stream subscribes to (FetchSecrets) is built for the
+// caller only.
+func (h *hub) entry(sec *secretcache.Secret) (*entry, error) {
+	if sec == nil {
+		return nil, errors.New("sds: nil secret")
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.cache[sec.Name]
+	if c != nil && c.e != nil && c.e.version == sec.Version {
+		return c.e, nil
+	}
+	e, err := newEntry(sec)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		c.e = e
+	}
+	return e, nil
+}
+
+// size returns how many names the cache holds, for tests.
+func (h *hub) size() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.cache)
+}
+
+// sub is one stream's subscription to one name: the stream's own Watch on
+// the Source, the latest entry it reported, and what the stream sent.
+type sub struct {
+	name   string
+	st     *stream
+	cur    atomic.Pointer[entry] // nil until the secret exists
+	cancel func()                // the Watch
+
+	// Guarded by the stream's mu.
+	sent     string // the version the client holds ("" = none)
+	reported bool   // the name was reported unknown (logged; delta: removed)
 }
 
 // notify is the Source's Watch callback: it installs the new version and
-// marks every subscriber.
-func (t *topic) notify(sec *secretcache.Secret) {
-	var e *entry
-	if sec == nil {
-		e = unknownEntry(t.name)
-	} else {
+// marks the stream. It runs on the Source's goroutine and must not block.
+func (sb *sub) notify(sec *secretcache.Secret) {
+	e := unknown
+	if sec != nil {
 		var err error
-		if e, err = t.h.memo.get(sec); err != nil {
-			t.h.log.Error("cannot build SDS resource", "resource", t.name, "error", err)
+		if e, err = sb.st.srv.hub.entry(sec); err != nil {
+			sb.st.srv.log.Error("cannot build SDS resource", "resource", sb.name, "error", err)
 			return
 		}
 	}
-	t.cur.Store(e)
-	t.kickAll()
+	sb.cur.Store(e)
+	sb.st.kick()
 }
 
-func (t *topic) kickAll() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for s := range t.subs {
-		s.kick()
+// fetch asks the Source for the current secret, after the Watch, so that a
+// change in between is not lost; it runs on the stream's handler goroutine
+// with the stream's context. A secret that does not exist yet arrives later
+// through notify. It reports whether there is something to send.
+func (sb *sub) fetch(ctx context.Context) bool {
+	s := sb.st
+	sec, err := s.srv.src.Secret(ctx, sb.name)
+	var e *entry
+	switch {
+	case err == nil:
+		if e, err = s.srv.hub.entry(sec); err != nil {
+			s.srv.log.Error("cannot build SDS resource", "resource", sb.name, "error", err)
+			return false
+		}
+	case errors.Is(err, secretcache.ErrUnknownResource):
+		e = unknown
+	case ctx.Err() != nil:
+		return false
+	default:
+		if s.srv.debug() {
+			s.srv.log.Debug("SDS resource not ready yet; it is sent when it becomes available", s.logAttrs("resource", sb.name, "error", err)...)
+		}
+		return false
 	}
+	// A notify that arrived meanwhile carries a newer version.
+	return sb.cur.CompareAndSwap(nil, e)
 }

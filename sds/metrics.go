@@ -11,6 +11,7 @@ const (
 	reasonTypeURL         = "type_url"          // a type other than Secret
 	reasonUnknownResource = "unknown_resource"  // a name the Source cannot serve
 	reasonNoNames         = "no_resource_names" // FetchSecrets without names
+	reasonTooManyNames    = "too_many_names"    // more names than Config.MaxResourceNames
 )
 
 type metrics struct {
@@ -49,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "SDS requests, or requested names, that could not be served, by reason.",
 		}, []string{"reason"}),
 	}
-	for _, r := range []string{reasonTypeURL, reasonUnknownResource, reasonNoNames} {
+	for _, r := range []string{reasonTypeURL, reasonUnknownResource, reasonNoNames, reasonTooManyNames} {
 		m.bad.WithLabelValues(r)
 	}
 	if reg == nil {

@@ -1,33 +1,29 @@
 package sds
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/sds/envoysecret"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
-// SecretTypeURL is the xDS type of every SDS resource. It is derived from the
-// generated message rather than taken from go-control-plane's resource
-// package, which would pull every other xDS type into the agent.
-var SecretTypeURL = "type.googleapis.com/" + string(proto.MessageName(&tlsv3.Secret{}))
-
-// SPIFFEValidatorName is the name of Envoy's SPIFFE certificate validator
-// extension.
-const SPIFFEValidatorName = "envoy.tls.cert_validator.spiffe"
-
-// SPIFFEValidatorMetadataKey is the node metadata field with which a client
-// asks for root secrets in the SPIFFE validator form.
-const SPIFFEValidatorMetadataKey = "MESHID_SPIFFE_VALIDATOR"
+// The SDS wire constants, from the one place that defines the format.
+const (
+	// SecretTypeURL is the xDS type of every SDS resource.
+	SecretTypeURL = envoysecret.TypeURL
+	// SPIFFEValidatorName is the name of Envoy's SPIFFE certificate
+	// validator extension.
+	SPIFFEValidatorName = envoysecret.SPIFFEValidatorName
+	// SPIFFEValidatorMetadataKey is the node metadata field with which a
+	// client asks for root secrets in the SPIFFE validator form.
+	SPIFFEValidatorMetadataKey = envoysecret.SPIFFEValidatorMetadataKey
+)
 
 // entry is one version of one secret together with the Envoy resources built
 // from it. It is immutable once built, except for the lazily built SPIFFE
@@ -47,28 +43,23 @@ type entry struct {
 	dSpiffe    *discoveryv3.Resource
 }
 
-func unknownEntry(name string) *entry { return &entry{name: name, unknown: true} }
+// unknown is the entry of a name the Source does not know.
+var unknown = &entry{unknown: true}
 
 // newEntry builds the resources of sec. The private key is PEM-encoded here,
 // once per version; the PEM lives only in the serialized resource.
 func newEntry(sec *secretcache.Secret) (*entry, error) {
 	e := &entry{name: sec.Name, version: sec.Version, secret: sec}
-	s := &tlsv3.Secret{Name: sec.Name}
+	var s *tlsv3.Secret
 	switch {
 	case len(sec.Chain) > 0 && sec.Key != nil:
-		keyPEM, err := certs.EncodePrivateKey(sec.Key)
-		if err != nil {
-			return nil, fmt.Errorf("sds: secret %q: %w", sec.Name, err)
+		var err error
+		if s, err = envoysecret.TLSCertificate(sec.Name, sec.Chain, sec.Key); err != nil {
+			return nil, fmt.Errorf("sds: %w", err)
 		}
-		s.Type = &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
-			CertificateChain: inline(certs.EncodeCertificates(sec.Chain...)),
-			PrivateKey:       inline(keyPEM),
-		}}
 	case len(sec.Roots) > 0:
 		e.root = true
-		s.Type = &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-			TrustedCa: inline(certs.EncodeCertificates(sec.Roots...)),
-		}}
+		s = envoysecret.ValidationContext(sec.Name, sec.Roots)
 	default:
 		return nil, fmt.Errorf("sds: secret %q has neither a certificate and key nor roots", sec.Name)
 	}
@@ -105,21 +96,11 @@ func (e *entry) buildSPIFFE() bool {
 		return false
 	}
 	e.spiffeOnce.Do(func() {
-		cfg, err := anypb.New(&tlsv3.SPIFFECertValidatorConfig{
-			TrustDomains: []*tlsv3.SPIFFECertValidatorConfig_TrustDomain{{
-				Name:        e.secret.TrustDomain.Name(),
-				TrustBundle: inline(certs.EncodeCertificates(e.secret.Roots...)),
-			}},
-		})
+		s, err := envoysecret.SPIFFEValidator(e.name, e.secret.TrustDomain, e.secret.Roots)
 		if err != nil {
 			return
 		}
-		a, err := anypb.New(&tlsv3.Secret{
-			Name: e.name,
-			Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-				CustomValidatorConfig: &corev3.TypedExtensionConfig{Name: SPIFFEValidatorName, TypedConfig: cfg},
-			}},
-		})
+		a, err := anypb.New(s)
 		if err != nil {
 			return
 		}
@@ -133,37 +114,4 @@ func (e *entry) buildSPIFFE() bool {
 // be served.
 func (e *entry) expired(now time.Time) bool {
 	return e.secret != nil && !e.secret.NotAfter.IsZero() && !now.Before(e.secret.NotAfter)
-}
-
-func inline(b []byte) *corev3.DataSource {
-	return &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: b}}
-}
-
-// memo builds each secret version's entry once, for topics and FetchSecrets
-// alike. It keeps the latest entry of every name it was asked for, even
-// when no stream subscribes any more, so that a proxy that reconnects does
-// not pay for the encoding again; the Source keeps those secrets anyway.
-type memo struct {
-	mu      sync.Mutex
-	entries map[string]*entry // by name: the latest version built
-}
-
-func (m *memo) get(sec *secretcache.Secret) (*entry, error) {
-	if sec == nil {
-		return nil, errors.New("sds: nil secret")
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e := m.entries[sec.Name]; e != nil && e.version == sec.Version && !e.unknown {
-		return e, nil
-	}
-	e, err := newEntry(sec)
-	if err != nil {
-		return nil, err
-	}
-	if m.entries == nil {
-		m.entries = map[string]*entry{}
-	}
-	m.entries[sec.Name] = e
-	return e, nil
 }

@@ -100,6 +100,7 @@ func TestAbruptDisconnect(t *testing.T) {
 				s.recvNamed(dflt, root)
 			} else {
 				d := newDelta(t, client, nil)
+				d.absent = map[string]bool{later: true}
 				d.change([]string{dflt, root, later}, nil)
 				d.recvNames(dflt, root)
 			}

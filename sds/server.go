@@ -37,6 +37,16 @@ type Source interface {
 // connect.
 const DefaultSocketMode os.FileMode = 0o600
 
+// Defaults of Config.
+const (
+	// DefaultMaxResourceNames caps the names of one request and of one
+	// stream. An Envoy asks for a handful (default, ROOTCA and a few
+	// file-mounted ones).
+	DefaultMaxResourceNames = 256
+	// DefaultShutdownTimeout bounds Run's shutdown after its context ends.
+	DefaultShutdownTimeout = 5 * time.Second
+)
+
 // Config configures a Server.
 type Config struct {
 	// Source provides the secrets. Required.
@@ -47,6 +57,15 @@ type Config struct {
 	// the group connect. Bits for others are refused: the socket hands out
 	// private keys.
 	SocketMode os.FileMode
+	// MaxResourceNames caps the resource names of one request (SotW,
+	// delta subscribe, FetchSecrets) and those a stream subscribes to at
+	// once; a request above it is refused with ResourceExhausted (and ends
+	// its stream). 0 means DefaultMaxResourceNames.
+	MaxResourceNames int
+	// ShutdownTimeout bounds how long Run waits for stream handlers after
+	// its context ends; after it Run returns an error and leaves them
+	// behind. 0 means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
 
 	Logger     *slog.Logger          // nil discards logs
 	Registerer prometheus.Registerer // nil registers no metrics
@@ -66,6 +85,12 @@ type Server struct {
 	hub     *hub
 	grpc    *grpc.Server
 	fetches atomic.Uint64 // nonces of FetchSecrets responses
+
+	maxNames        int
+	shutdownTimeout time.Duration
+
+	fetchWarnMu sync.Mutex
+	fetchWarns  *warnLimiter
 
 	mu    sync.Mutex
 	ln    net.Listener
@@ -93,6 +118,17 @@ func New(cfg Config) (*Server, error) {
 	if mode&^os.ModePerm != 0 || mode&0o007 != 0 || mode&0o600 != 0o600 {
 		return nil, fmt.Errorf("sds: socket mode %#o: want owner read-write and no access for others, such as 0600 or 0660", mode)
 	}
+	if cfg.MaxResourceNames < 0 || cfg.ShutdownTimeout < 0 {
+		return nil, errors.New("sds: Config.MaxResourceNames and ShutdownTimeout must not be negative")
+	}
+	maxNames := cfg.MaxResourceNames
+	if maxNames == 0 {
+		maxNames = DefaultMaxResourceNames
+	}
+	shutdown := cfg.ShutdownTimeout
+	if shutdown == 0 {
+		shutdown = DefaultShutdownTimeout
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -109,8 +145,12 @@ func New(cfg Config) (*Server, error) {
 		log:     log,
 		clock:   clock.OrReal(cfg.Clock),
 		metrics: m,
-		hub:     newHub(cfg.Source, log),
+		hub:     newHub(cfg.Source),
 		ready:   make(chan struct{}),
+
+		maxNames:        maxNames,
+		shutdownTimeout: shutdown,
+		fetchWarns:      newWarnLimiter(),
 	}
 	s.grpc = grpc.NewServer(
 		// Stop waits for the stream handlers, which release their
@@ -167,22 +207,37 @@ func (s *Server) Run(ctx context.Context) error {
 	ln, sock := s.ln, s.sock
 	s.mu.Unlock()
 
-	served := make(chan struct{})
+	served := make(chan error, 1)
+	go func() { served <- s.grpc.Serve(ln) }()
+	var err error
+	serveEnded := false
+	select {
+	case err = <-served: // Serve failed by itself
+		serveEnded = true
+	case <-ctx.Done():
+	}
+	// Streams are endless, so a graceful stop would wait forever; proxies
+	// reconnect to the next agent. Stop closes every connection and waits
+	// for the handlers (WaitForHandlers), which a client cannot hold up:
+	// a blocked send fails with its transport and a handler waiting for a
+	// secret waits with the stream's context. The bound covers the rest.
 	stopped := make(chan struct{})
 	go func() {
-		defer close(stopped)
-		select {
-		case <-ctx.Done():
-		case <-served: // Serve failed by itself
-		}
-		// Streams are endless, so a graceful stop would wait forever;
-		// proxies reconnect to the next agent. Stop waits for the
-		// handlers (WaitForHandlers).
 		s.grpc.Stop()
+		close(stopped)
 	}()
-	err := s.grpc.Serve(ln)
-	close(served)
-	<-stopped
+	timer := s.clock.NewTimer(s.shutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-stopped:
+	case <-timer.C():
+		removeSocket(s.path, sock)
+		s.log.Error("SDS server did not stop in time; leaving its handlers behind", "timeout", s.shutdownTimeout)
+		return fmt.Errorf("sds: shutdown took longer than %s", s.shutdownTimeout)
+	}
+	if !serveEnded {
+		<-served // returns once Stop is done
+	}
 	removeSocket(s.path, sock)
 	if ctx.Err() != nil {
 		s.log.Info("SDS server stopped")

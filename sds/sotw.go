@@ -9,16 +9,9 @@ import (
 // sotwStream is one StreamSecrets call.
 type sotwStream struct {
 	stream
-	subs []*sotwSub // in subscription order; guarded by mu
+	subs []*sub // in subscription order; guarded by mu
 
 	lastName, lastVersion string // content of the latest response, for NACK logs
-}
-
-// sotwSub is a subscribed name.
-type sotwSub struct {
-	t             *topic
-	sent          string // version sent on this stream
-	unknownLogged bool
 }
 
 // StreamSecrets serves the state-of-the-world SDS protocol.
@@ -28,10 +21,14 @@ func (s *Server) StreamSecrets(gs grpc.BidiStreamingServer[discoveryv3.Discovery
 	return serve(&st.stream, gs, st)
 }
 
-func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest) {
+func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 	st.firstRequest(req.GetNode())
 	if !st.checkType(req.GetTypeUrl()) {
-		return
+		return nil
+	}
+	// A SotW request is the stream's whole state: one cap bounds both.
+	if n := len(req.GetResourceNames()); n > st.srv.maxNames {
+		return st.tooMany(n)
 	}
 	want := uniq(req.GetResourceNames())
 
@@ -42,51 +39,40 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest) {
 			// send its full state again when it has.
 			st.staleLocked(n)
 			st.mu.Unlock()
-			return
+			return nil
 		}
 		st.ackLocked(req.GetErrorDetail(), "resource", st.lastName, "version", st.lastVersion)
 	}
-	var removed []*topic
+	wanted := make(map[string]bool, len(want))
+	for _, n := range want {
+		wanted[n] = false // not subscribed yet
+	}
+	var removed []*sub
 	kept := st.subs[:0]
-	for _, sub := range st.subs {
-		if contains(want, sub.t.name) {
-			kept = append(kept, sub)
+	for _, sb := range st.subs {
+		if _, ok := wanted[sb.name]; ok {
+			wanted[sb.name] = true
+			kept = append(kept, sb)
 		} else {
-			removed = append(removed, sub.t)
+			removed = append(removed, sb)
 		}
 	}
 	clear(st.subs[len(kept):])
 	st.subs = kept
 	var added []string
 	for _, n := range want {
-		if st.findLocked(n) == nil {
+		if !wanted[n] {
 			added = append(added, n)
 		}
 	}
 	st.mu.Unlock()
 
-	// Topics are (un)subscribed without holding mu: a topic's push takes
-	// the topic's lock and then ours.
-	for _, t := range removed {
-		st.srv.hub.unsubscribe(t, st)
-	}
+	st.unsubscribe(removed)
 	if len(added) == 0 {
-		return
+		return nil
 	}
-	st.subscribeAll(st, added, func(ts []*topic) {
-		for _, t := range ts {
-			st.subs = append(st.subs, &sotwSub{t: t})
-		}
-	})
+	st.subscribe(added, func(subs []*sub) { st.subs = append(st.subs, subs...) })
 	st.flush()
-}
-
-func (st *sotwStream) findLocked(name string) *sotwSub {
-	for _, sub := range st.subs {
-		if sub.t.name == name {
-			return sub
-		}
-	}
 	return nil
 }
 
@@ -94,22 +80,22 @@ func (st *sotwStream) findLocked(name string) *sotwSub {
 // version was not sent yet, one resource per response.
 func (st *sotwStream) nextLocked() any {
 	now := st.srv.clock.Now()
-	for _, sub := range st.subs {
-		e := sub.t.cur.Load()
+	for _, sb := range st.subs {
+		e := sb.cur.Load()
 		switch {
 		case e == nil:
 			continue // not ready: sent when the Source reports it
 		case e.unknown:
-			if !sub.unknownLogged {
-				sub.unknownLogged = true
-				st.unknownLocked(sub.t.name)
+			if !sb.reported {
+				sb.reported = true
+				st.unknownLocked(sb.name)
 			}
 			continue
-		case e.version == sub.sent || e.expired(now):
+		case e.version == sb.sent || e.expired(now):
 			continue
 		}
-		sub.sent = e.version
-		st.lastName, st.lastVersion = e.name, e.version
+		sb.sent = e.version
+		st.lastName, st.lastVersion = sb.name, e.version
 		return &discoveryv3.DiscoveryResponse{
 			VersionInfo: e.version,
 			Resources:   []*anypb.Any{e.resource(st.spiffe)},
@@ -127,16 +113,5 @@ func (st *sotwStream) end() {
 	subs := st.subs
 	st.subs = nil
 	st.mu.Unlock()
-	for _, sub := range subs {
-		st.srv.hub.unsubscribe(sub.t, st)
-	}
-}
-
-func contains(names []string, name string) bool {
-	for _, n := range names {
-		if n == name {
-			return true
-		}
-	}
-	return false
+	st.unsubscribe(subs)
 }

@@ -22,10 +22,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/meshid/meshid/sds/envoysecret"
 )
 
 // TypeURL is the xDS type of SDS secrets.
-const TypeURL = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+const TypeURL = envoysecret.TypeURL
 
 // DefaultNames are the resources a proxy asks an Istio-style agent for.
 var DefaultNames = []string{"default", "ROOTCA"}
@@ -43,13 +45,13 @@ type Config struct {
 }
 
 // Kind is the kind of secret received.
-type Kind string
+type Kind = envoysecret.Kind
 
 // Secret kinds.
 const (
-	KindTLSCertificate    Kind = "tls_certificate"
-	KindValidationContext Kind = "validation_context"
-	KindOther             Kind = "other" // session ticket keys, generic secrets
+	KindTLSCertificate    = envoysecret.KindTLSCertificate
+	KindValidationContext = envoysecret.KindValidationContext
+	KindOther             = envoysecret.KindOther // session ticket keys, generic secrets
 )
 
 // Secret is one SDS resource, parsed.

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -15,37 +15,100 @@ import (
 	"github.com/meshid/meshid/certs"
 )
 
+// fileKey identifies a file secret by its clean paths, so that names that
+// spell one file differently ("file-root:/etc/certs/./a.pem",
+// "file-root:/etc/certs//a.pem") share one entry and one read.
+type fileKey struct {
+	kind      resourceKind
+	cert, key string
+}
+
 // fileEntry is a file-mounted secret. Its content is replaced only by a
 // complete, consistent read: a half-written file or a key that does not
 // match the certificate leaves the last good content in place.
 type fileEntry struct {
-	name string
+	key  fileKey
 	pn   parsedName
-	cur  atomic.Pointer[Secret]
-	load sync.Mutex // serialises reloads
+	cur  atomic.Pointer[Secret] // the content; Name is that of the first load
+	load sync.Mutex             // serialises reloads
+
+	// Guarded by Manager.mu.
+	names    map[string]int // watched names spelling this file, with their watch counts
+	resolved []string       // the files' paths with symbolic links resolved, at the last load
 }
 
-// trackFile returns the entry for a file name, creating it and watching
-// its directories (once Run runs) on first use.
-func (m *Manager) trackFile(name string, pn parsedName) *fileEntry {
+func keyOf(pn parsedName) fileKey { return fileKey{kind: pn.kind, cert: pn.certPath, key: pn.keyPath} }
+
+// named returns s under name: entries are shared by the names that spell
+// one file, and a Secret carries the name it was asked for.
+func named(s *Secret, name string) *Secret {
+	if s == nil || s.Name == name {
+		return s
+	}
+	c := *s
+	c.Name = name
+	return &c
+}
+
+// trackFile counts a watch of name on its file entry, creating the entry
+// and watching its directories (once Run runs) for the first one. The
+// returned function drops the watch; the last one frees the entry and
+// stops watching directories no other entry needs.
+func (m *Manager) trackFile(name string, pn parsedName) (untrack func()) {
+	k := keyOf(pn)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e := m.files[name]; e != nil {
-		return e
-	}
-	e := &fileEntry{name: name, pn: pn}
-	m.files[name] = e
-	for _, dir := range e.dirs() {
-		m.byDir[dir] = append(m.byDir[dir], e)
-		m.watchDirLocked(dir)
-	}
-	if m.watcher == nil {
-		select { // Run creates the watcher, which watches every known directory
-		case m.wantFiles <- struct{}{}:
-		default:
+	e := m.files[k]
+	if e == nil {
+		e = &fileEntry{key: k, pn: pn, names: map[string]int{}}
+		m.files[k] = e
+		for _, dir := range e.dirs() {
+			if m.byDir[dir] == nil {
+				m.byDir[dir] = map[*fileEntry]struct{}{}
+			}
+			m.byDir[dir][e] = struct{}{}
+			m.watchDirLocked(dir)
+		}
+		if m.watcher == nil {
+			select { // Run creates the watcher, which watches every known directory
+			case m.wantFiles <- struct{}{}:
+			default:
+			}
 		}
 	}
-	return e
+	e.names[name]++
+	return func() { m.untrackFile(e, name) }
+}
+
+func (m *Manager) untrackFile(e *fileEntry, name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.names[name]--; e.names[name] <= 0 {
+		delete(e.names, name)
+	}
+	if len(e.names) > 0 || m.files[e.key] != e {
+		return
+	}
+	delete(m.files, e.key)
+	for _, dir := range e.dirs() {
+		delete(m.byDir[dir], e)
+		if len(m.byDir[dir]) > 0 {
+			continue
+		}
+		delete(m.byDir, dir)
+		if m.watcher != nil && m.watched[dir] {
+			// The directory may be gone already; nothing to undo then.
+			_ = m.watcher.Remove(dir)
+		}
+		delete(m.watched, dir)
+	}
+}
+
+// fileEntryOf returns the entry of a watched file, or nil.
+func (m *Manager) fileEntryOf(pn parsedName) *fileEntry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.files[keyOf(pn)]
 }
 
 // dirs returns the directories whose changes may change the entry. Watching
@@ -59,6 +122,25 @@ func (e *fileEntry) dirs() []string {
 		}
 	}
 	return []string{d}
+}
+
+// affectedBy reports whether an event on path may change the entry: path
+// is one of its files, or one of their resolved targets, or a Kubernetes
+// atomic-writer entry ("..data", "..<timestamp>"), whose swap changes every
+// file of the directory at once. Called with Manager.mu held.
+func (e *fileEntry) affectedBy(path string) bool {
+	if path == e.pn.certPath || (e.pn.kind == kindFileCert && path == e.pn.keyPath) {
+		return true
+	}
+	if strings.HasPrefix(filepath.Base(path), "..") {
+		return true
+	}
+	for _, r := range e.resolved {
+		if path == r {
+			return true
+		}
+	}
+	return false
 }
 
 // watchDirLocked adds dir to the fsnotify watcher if Run is running; Run
@@ -76,32 +158,61 @@ func (m *Manager) watchDirLocked(dir string) {
 	m.log.Debug("watching directory", "dir", dir)
 }
 
-// fileSecret serves a file-mounted secret, loading it on first use.
+// fileSecret serves a file-mounted secret. A watched file is loaded once
+// and kept current by the watcher; any other is read for this call only,
+// so that names nobody watches hold no memory.
 func (m *Manager) fileSecret(name string, pn parsedName) (*Secret, error) {
-	e := m.trackFile(name, pn)
-	if s := e.cur.Load(); s != nil {
+	if !m.allowed(pn) {
+		return nil, fileNotFound(name)
+	}
+	e := m.fileEntryOf(pn)
+	if e == nil {
+		s, err := m.readFile(name, pn)
+		if err != nil {
+			return nil, m.fileError(name, err)
+		}
 		return s, nil
+	}
+	if s := e.cur.Load(); s != nil {
+		return named(s, name), nil
 	}
 	if err := m.reload(e, true); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotReady, err)
+		return nil, m.fileError(name, err)
 	}
 	if s := e.cur.Load(); s != nil {
-		return s, nil
+		return named(s, name), nil
 	}
-	return nil, fmt.Errorf("%w: %s", ErrNotReady, name)
+	return nil, fileNotFound(name)
+}
+
+// fileError classifies a failed read: a missing or refused file is
+// "unknown" (the same error whatever the reason), invalid content is "not
+// ready" (the last good content, if any, stays served).
+func (m *Manager) fileError(name string, err error) error {
+	if errors.Is(err, errNoFile) {
+		return fileNotFound(name)
+	}
+	return fmt.Errorf("%w: %w", ErrNotReady, err)
 }
 
 // reload reads the entry's files and, when they hold valid content that
-// differs from what is served, swaps it in and pushes it. With ifEmpty it
-// only loads an entry that has no content yet, so that many first requests
-// read the files once.
+// differs from what is served, swaps it in and pushes it to every name
+// watching the entry. With ifEmpty it only loads an entry that has no
+// content yet, so that many first requests read the files once.
 func (m *Manager) reload(e *fileEntry, ifEmpty bool) error {
 	e.load.Lock()
 	if ifEmpty && e.cur.Load() != nil {
 		e.load.Unlock()
 		return nil
 	}
-	s, err := m.readFile(e)
+	m.mu.Lock()
+	var first string
+	for n := range e.names {
+		first = n
+		break
+	}
+	m.mu.Unlock()
+	s, err := m.readFile(first, e.pn)
 	changed := false
 	if err == nil {
 		if old := e.cur.Load(); old == nil || old.Version != s.Version {
@@ -109,52 +220,79 @@ func (m *Manager) reload(e *fileEntry, ifEmpty bool) error {
 			changed = true
 		}
 	}
+	resolved := resolve(e.pn)
+	m.mu.Lock()
+	e.resolved = resolved
+	names := make([]string, 0, len(e.names))
+	for n := range e.names {
+		names = append(names, n)
+	}
+	m.mu.Unlock()
 	e.load.Unlock()
 	if err != nil {
 		return err
 	}
 	if changed {
-		m.log.Info("file secret loaded", "name", e.name, "version", s.Version, "not_after", s.NotAfter.UTC())
-		m.publish(e.name)
+		m.log.Info("file secret loaded", "name", s.Name, "version", s.Version, "not_after", s.NotAfter.UTC())
+		for _, n := range names {
+			m.publish(n)
+		}
 	}
 	return nil
 }
 
-// readFile parses the entry's files into a Secret.
-func (m *Manager) readFile(e *fileEntry) (*Secret, error) {
-	certPEM, err := os.ReadFile(e.pn.certPath)
+// resolve returns the entry's paths with symbolic links resolved, for
+// affectedBy; paths that do not resolve are left out.
+func resolve(pn parsedName) []string {
+	var out []string
+	paths := []string{pn.certPath}
+	if pn.kind == kindFileCert {
+		paths = append(paths, pn.keyPath)
+	}
+	for _, p := range paths {
+		if r, err := filepath.EvalSymlinks(p); err == nil && r != p {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// readFile parses the files of pn into a Secret named name.
+func (m *Manager) readFile(name string, pn parsedName) (*Secret, error) {
+	certPEM, err := m.readSecretFile(pn.certPath)
 	if err != nil {
-		return nil, fmt.Errorf("secretcache: %s: %w", e.name, err)
+		return nil, fmt.Errorf("secretcache: %s: %w", name, err)
 	}
 	cs, err := certs.ParseCertificates(certPEM)
 	if err != nil {
-		return nil, fmt.Errorf("secretcache: %s: %s: %w", e.name, e.pn.certPath, err)
+		return nil, fmt.Errorf("secretcache: %s: %s: %w", name, pn.certPath, err)
 	}
-	if e.pn.kind == kindFileRoot {
-		return newRootSecret(e.name, cs, m.id.TrustDomain()), nil
+	if pn.kind == kindFileRoot {
+		return newRootSecret(name, cs, m.id.TrustDomain()), nil
 	}
-	keyPEM, err := os.ReadFile(e.pn.keyPath)
+	keyPEM, err := m.readSecretFile(pn.keyPath)
 	if err != nil {
-		return nil, fmt.Errorf("secretcache: %s: %w", e.name, err)
+		return nil, fmt.Errorf("secretcache: %s: %w", name, err)
 	}
 	key, err := certs.ParsePrivateKey(keyPEM)
 	if err != nil {
 		// ParsePrivateKey never puts key bytes into its errors.
-		return nil, fmt.Errorf("secretcache: %s: %s: %w", e.name, e.pn.keyPath, err)
+		return nil, fmt.Errorf("secretcache: %s: %s: %w", name, pn.keyPath, err)
 	}
 	if !certs.KeyMatches(cs[0].PublicKey, key) {
-		return nil, fmt.Errorf("secretcache: %s: the key in %s does not match the certificate in %s", e.name, e.pn.keyPath, e.pn.certPath)
+		return nil, fmt.Errorf("secretcache: %s: the key in %s does not match the certificate in %s", name, pn.keyPath, pn.certPath)
 	}
 	td := m.id.TrustDomain()
 	if id, err := x509svid.IDFromCert(cs[0]); err == nil {
 		td = id.TrustDomain()
 	}
-	return newCertSecret(e.name, cs, key, td), nil
+	return newCertSecret(name, cs, key, td), nil
 }
 
-// watchFiles reloads the entries of a directory on every event in it, until
-// ctx is done. A burst of events (a ..data swap makes several) costs a few
-// cheap re-reads; the version check pushes only real changes.
+// watchFiles reloads the entries affected by each event in a watched
+// directory, until ctx is done. A burst of events (a ..data swap makes
+// several) costs a few cheap re-reads; the version check pushes only real
+// changes.
 func (m *Manager) watchFiles(ctx context.Context, w *fsnotify.Watcher) {
 	for {
 		select {
@@ -170,13 +308,21 @@ func (m *Manager) watchFiles(ctx context.Context, w *fsnotify.Watcher) {
 			if !ok {
 				return
 			}
+			// Only the entries the event may change are read again, so
+			// that an event costs one read per affected file, not one
+			// per name in the directory.
+			var entries []*fileEntry
 			m.mu.Lock()
-			entries := append([]*fileEntry(nil), m.byDir[filepath.Dir(ev.Name)]...)
+			for e := range m.byDir[filepath.Dir(ev.Name)] {
+				if e.affectedBy(ev.Name) {
+					entries = append(entries, e)
+				}
+			}
 			m.mu.Unlock()
 			for _, e := range entries {
 				if err := m.reload(e, false); err != nil {
 					m.metrics.fileFailures.Inc()
-					m.log.Warn("file secret not reloaded; keeping the last good content", "name", e.name, "error", err)
+					m.log.Warn("file secret not reloaded; keeping the last good content", "file", e.pn.certPath, "error", err)
 				}
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -77,11 +76,14 @@ func TestFileCertSymlinkSwap(t *testing.T) {
 	name := secretcache.FileCertPrefix + filepath.Join(dir, "cert.pem") + "~" + filepath.Join(dir, "key.pem")
 
 	f := newFixture(t, nil)
+	// Watch, then Secret, as the SDS server does: the first load is
+	// pushed too.
+	ch := watch(t, f.m, name)
 	v1 := mustSecret(t, f.m, name)
 	if !v1.Chain[0].Equal(p1.cert) || !certs.KeyMatches(v1.Chain[0].PublicKey, v1.Key) || v1.Name != name || v1.TrustDomain != testTD {
 		t.Fatalf("first load: %+v", v1)
 	}
-	ch := watch(t, f.m, name)
+	receive(t, ch, "first load")
 	f.run(t)
 	f.logs.WaitForContaining(t, "watching directory", 1)
 
@@ -115,11 +117,12 @@ func TestFileRootHalfWrittenNotServed(t *testing.T) {
 	name := secretcache.FileRootPrefix + path
 
 	f := newFixture(t, nil)
+	ch := watch(t, f.m, name)
 	r1 := mustSecret(t, f.m, name)
 	if len(r1.Roots) != 2 || r1.Chain != nil || r1.Key != nil {
 		t.Fatalf("first load: %+v", r1)
 	}
-	ch := watch(t, f.m, name)
+	receive(t, ch, "first load")
 	f.run(t)
 	f.logs.WaitForContaining(t, "watching directory", 1)
 
@@ -151,8 +154,9 @@ func TestFileCertMismatchedKeyNotServed(t *testing.T) {
 	name := secretcache.FileCertPrefix + certPath + "~" + keyPath
 
 	f := newFixture(t, nil)
-	v1 := mustSecret(t, f.m, name)
 	ch := watch(t, f.m, name)
+	v1 := mustSecret(t, f.m, name)
+	receive(t, ch, "first load")
 	f.run(t)
 	f.logs.WaitForContaining(t, "watching directory", 1)
 
@@ -184,8 +188,8 @@ func TestFileAppearsLater(t *testing.T) {
 	name := secretcache.FileCertPrefix + certPath + "~" + keyPath
 	f := newFixture(t, nil)
 	_, err := f.m.Secret(context.Background(), name)
-	if !isNotReady(err) || !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("Secret of missing files = %v, want ErrNotReady wrapping ErrNotExist", err)
+	if !errors.Is(err, secretcache.ErrUnknownResource) {
+		t.Fatalf("Secret of missing files = %v, want ErrUnknownResource", err)
 	}
 	ch := watch(t, f.m, name)
 	f.run(t)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/url"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -180,11 +181,13 @@ func newFixture(t *testing.T, mod func(*secretcache.Config)) *fixture {
 	f := &fixture{clock: clock.NewFake(epoch), reg: prometheus.NewRegistry(), logs: testkit.NewLogRecorder()}
 	f.ca = newTestCA(t, f.clock)
 	cfg := secretcache.Config{
-		Signer:     f.ca,
-		ID:         testID,
-		Clock:      f.clock,
-		Logger:     slog.New(f.logs),
-		Registerer: f.reg,
+		Signer: f.ca,
+		ID:     testID,
+		// Tests write their files under t.TempDir().
+		FileSecretDirs: []string{os.TempDir()},
+		Clock:          f.clock,
+		Logger:         slog.New(f.logs),
+		Registerer:     f.reg,
 	}
 	if mod != nil {
 		mod(&cfg)

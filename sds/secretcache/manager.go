@@ -62,6 +62,14 @@ type Config struct {
 	// 0 means 1s and 1m.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+	// FileSecretDirs are the only directories whose files file-cert: and
+	// file-root: resources may read (symbolic links may not leave them).
+	// nil means DefaultFileSecretDirs; an empty, non-nil slice refuses
+	// every file resource (meshid dev).
+	FileSecretDirs []string
+	// MaxFileSecretSize bounds each file a file resource reads; 0 means
+	// DefaultMaxFileSecretSize (1 MiB).
+	MaxFileSecretSize int64
 
 	Clock      clock.Clock
 	Logger     *slog.Logger          // nil discards logs
@@ -78,6 +86,8 @@ type Manager struct {
 	jitter      float64
 	backoffBase time.Duration
 	backoffMax  time.Duration
+	fileDirs    []string // absolute and clean
+	maxFileSize int64
 	clock       clock.Clock
 	log         *slog.Logger
 	metrics     *metrics
@@ -86,15 +96,15 @@ type Manager struct {
 	roots atomic.Pointer[Secret] // current ROOTCA
 
 	mu       sync.Mutex
-	inflight *flight   // the CSR in progress, if any
-	renewAt  time.Time // when the current default should be renewed
-	failures int       // consecutive CA failures
-	retryAt  time.Time // non-zero while backing off
-	lastErr  error     // the last CA failure, while backing off
-	files    map[string]*fileEntry
-	byDir    map[string][]*fileEntry
-	watcher  *fsnotify.Watcher // set while Run runs
-	watched  map[string]bool   // directories added to watcher
+	inflight *flight                            // the CSR in progress, if any
+	renewAt  time.Time                          // when the current default should be renewed
+	failures int                                // consecutive CA failures
+	retryAt  time.Time                          // non-zero while backing off
+	lastErr  error                              // the last CA failure, while backing off
+	files    map[fileKey]*fileEntry             // watched file secrets
+	byDir    map[string]map[*fileEntry]struct{} // the entries whose files are in a directory
+	watcher  *fsnotify.Watcher                  // set while Run runs
+	watched  map[string]bool                    // directories added to watcher
 	running  bool
 
 	kick      chan struct{} // wakes the scheduler after a state change
@@ -140,6 +150,13 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.BackoffBase < 0 || cfg.BackoffMax < 0 {
 		return nil, errors.New("secretcache: backoff durations must not be negative")
 	}
+	if cfg.MaxFileSecretSize < 0 {
+		return nil, errors.New("secretcache: Config.MaxFileSecretSize must not be negative")
+	}
+	dirs, err := fileDirs(cfg.FileSecretDirs)
+	if err != nil {
+		return nil, err
+	}
 	m := &Manager{
 		signer:      cfg.Signer,
 		id:          cfg.ID,
@@ -149,14 +166,19 @@ func New(cfg Config) (*Manager, error) {
 		jitter:      cfg.Jitter,
 		backoffBase: orDefault(cfg.BackoffBase, DefaultBackoffBase),
 		backoffMax:  orDefault(cfg.BackoffMax, DefaultBackoffMax),
+		fileDirs:    dirs,
+		maxFileSize: cfg.MaxFileSecretSize,
 		clock:       clock.OrReal(cfg.Clock),
 		log:         cfg.Logger,
-		files:       map[string]*fileEntry{},
-		byDir:       map[string][]*fileEntry{},
+		files:       map[fileKey]*fileEntry{},
+		byDir:       map[string]map[*fileEntry]struct{}{},
 		watched:     map[string]bool{},
 		kick:        make(chan struct{}, 1),
 		wantFiles:   make(chan struct{}, 1),
 		topics:      map[string]*topic{},
+	}
+	if m.maxFileSize == 0 {
+		m.maxFileSize = DefaultMaxFileSecretSize
 	}
 	if m.grace == 0 {
 		m.grace = DefaultGraceRatio

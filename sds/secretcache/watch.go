@@ -31,32 +31,50 @@ type watcher struct {
 // for one name never overlap and arrive in version order. cancel stops the
 // notifications; a call already in progress may still complete.
 //
-// Watching a file-cert: or file-root: name starts watching its files.
-// Watching a name the Manager cannot serve is a no-op.
+// Watching a file-cert: or file-root: name in the allowed directories
+// starts watching its files. Watching a name the Manager cannot serve (or a
+// file outside the allowed directories) is a no-op. The last cancel of a
+// name frees everything the Manager kept for it.
 func (m *Manager) Watch(name string, notify func(*Secret)) (cancel func()) {
 	pn, err := parseName(name)
 	if err != nil || notify == nil {
 		return func() {}
 	}
+	untrack := func() {}
 	if pn.kind == kindFileCert || pn.kind == kindFileRoot {
-		m.trackFile(name, pn)
+		if !m.allowed(pn) {
+			return func() {}
+		}
+		untrack = m.trackFile(name, pn)
 	}
-	t := m.topic(name)
 	w := &watcher{fn: notify}
+	m.topicsMu.Lock()
+	t := m.topics[name]
+	if t == nil {
+		t = &topic{subs: map[uint64]*watcher{}}
+		m.topics[name] = t
+	}
 	t.mu.Lock()
 	id := t.nextID
 	t.nextID++
 	t.subs[id] = w
 	t.snap = nil
 	t.mu.Unlock()
+	m.topicsMu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			w.off.Store(true)
+			m.topicsMu.Lock()
 			t.mu.Lock()
 			delete(t.subs, id)
 			t.snap = nil
+			if len(t.subs) == 0 && m.topics[name] == t {
+				delete(m.topics, name)
+			}
 			t.mu.Unlock()
+			m.topicsMu.Unlock()
+			untrack()
 		})
 	}
 }
@@ -74,15 +92,17 @@ func (m *Manager) Watchers(name string) int {
 	return len(t.subs)
 }
 
-func (m *Manager) topic(name string) *topic {
+// Held reports what the Manager keeps for watched names: topics (names
+// with watchers) and file entries (distinct watched files). Both drop to
+// what default and ROOTCA need once the last watch of the others ends.
+func (m *Manager) Held() (topics, files int) {
 	m.topicsMu.Lock()
-	defer m.topicsMu.Unlock()
-	t := m.topics[name]
-	if t == nil {
-		t = &topic{subs: map[uint64]*watcher{}}
-		m.topics[name] = t
-	}
-	return t
+	topics = len(m.topics)
+	m.topicsMu.Unlock()
+	m.mu.Lock()
+	files = len(m.files)
+	m.mu.Unlock()
+	return topics, files
 }
 
 // publish calls the watchers of name with its current secret, unless that
@@ -128,11 +148,13 @@ func (m *Manager) current(name string) *Secret {
 	case RootName:
 		return m.roots.Load()
 	}
-	m.mu.Lock()
-	e := m.files[name]
-	m.mu.Unlock()
+	pn, err := parseName(name)
+	if err != nil {
+		return nil
+	}
+	e := m.fileEntryOf(pn)
 	if e == nil {
 		return nil
 	}
-	return e.cur.Load()
+	return named(e.cur.Load(), name)
 }

@@ -86,6 +86,11 @@ func FuzzDiscoveryRequest(f *testing.F) {
 				<-src.cancels
 			}
 		}()
+		// Proto3 strings are UTF-8: the Go client refuses to marshal
+		// anything else, and a server receiving it fails the stream's
+		// Recv (grpc-go validates on unmarshal). Invalid bytes become
+		// U+FFFD so that the rest of the input is still exercised.
+		typeURL, nameList, nonce, version = validUTF8(typeURL), validUTF8(nameList), validUTF8(nonce), validUTF8(version)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		reqNames := strings.Split(nameList, "\n")
@@ -204,6 +209,8 @@ func FuzzDiscoveryRequest(f *testing.F) {
 		s.CloseSend()
 	})
 }
+
+func validUTF8(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // distinctNames is the set of names a request subscribes: distinct and
 // non-empty, in order.

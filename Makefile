@@ -5,7 +5,7 @@ BIN      := bin/meshid
 STATE    ?= ./.meshid-dev
 PKGS     := ./...
 
-.PHONY: all build run test test-unit test-kube kube-binaries bench lint fmt clean
+.PHONY: all build run test test-unit test-kube kube-binaries bench fuzz soak lint fmt clean
 
 all: build
 
@@ -35,6 +35,33 @@ test-kube: kube-binaries
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 	BIN=$(BIN) bash scripts/bench.sh
+
+## fuzz: every fuzz target below for FUZZTIME each (`make test` runs only
+## their seed corpora). An input that fails is saved under the package's
+## testdata/fuzz/<target>/: commit it as a regression test.
+FUZZTIME  ?= 60s
+FUZZFLAGS ?=
+FUZZ_TARGETS := \
+	./ca:FuzzParseAndCheckCSR \
+	./ca/authn:FuzzJWTToken \
+	./ca/authn:FuzzJWTClaims \
+	./ca/authn:FuzzParseJWKS \
+	./ca/keystore:FuzzLoadDir \
+	./sds:FuzzDiscoveryRequest \
+	./internal/inspect:FuzzParsePEM
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "== $$fn ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg; \
+	done
+
+## soak: `meshid dev` under steady CSR and SDS load for SOAK_DURATION, its
+## RSS and goroutines sampled every 10s; fails unless they stay flat (see
+## scripts/soak.sh for the knobs). Not part of `make test`.
+SOAK_DURATION ?= 10m
+soak: build
+	BIN=$(BIN) SOAK_DURATION=$(SOAK_DURATION) bash scripts/soak.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

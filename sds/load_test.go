@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(loadClientEnv); spec != "" {
 		os.Exit(loadClient(spec, os.Stdin, os.Stdout))
 	}
-	os.Exit(m.Run())
+	verifyNoLeaks(m)
 }
 
 // loadClient opens the streams, prints "ready" once each holds default,

@@ -88,7 +88,8 @@ type Server struct {
 	maxToken  int
 	metrics   *metrics
 	pem       pemCache
-	grpc      *grpc.Server
+	grpcOpts  []grpc.ServerOption
+	grpc      *grpc.Server // built by Run
 
 	mu           sync.Mutex
 	ln           net.Listener
@@ -156,7 +157,10 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.limiters = newLimiters(cfg.RateLimit, burst)
 	}
-	s.grpc = grpc.NewServer(
+	// The gRPC server is built by Run: with NumStreamWorkers, building it
+	// starts its workers, which only Stop ends, so a Server that is never
+	// run (or fails to start) must not own one.
+	s.grpcOpts = []grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(s.serving.tlsConfig())),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.MaxHeaderListSize(cfg.MaxHeaderListSize),
@@ -166,8 +170,8 @@ func New(cfg Config) (*Server, error) {
 		// the CPU profile of the gRPC benchmark); a worker keeps its
 		// grown stack. When every worker is busy (a handler waiting on
 		// the Kubernetes API), gRPC starts a goroutine as before.
-		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
-		grpc.ConnectionTimeout(10*time.Second),
+		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
+		grpc.ConnectionTimeout(10 * time.Second),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             10 * time.Second,
 			PermitWithoutStream: true,
@@ -177,8 +181,7 @@ func New(cfg Config) (*Server, error) {
 			Time:              time.Minute,
 			Timeout:           20 * time.Second,
 		}),
-	)
-	securityv1alpha1.RegisterIstioCertificateServiceServer(s.grpc, s)
+	}
 	return s, nil
 }
 
@@ -233,6 +236,9 @@ func (s *Server) Run(ctx context.Context) error {
 		ln.Close()
 		return err
 	}
+	s.grpc = grpc.NewServer(s.grpcOpts...)
+	securityv1alpha1.RegisterIstioCertificateServiceServer(s.grpc, s)
+	defer s.grpc.Stop() // ends the stream workers however Run returns
 	errc := make(chan error, 1)
 	s.serveStarted.Store(true)
 	defer s.serveStarted.Store(false)

@@ -1,0 +1,267 @@
+package sds_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/meshid/meshid/sds"
+	"github.com/meshid/meshid/sds/secretcache"
+)
+
+// Modes of FuzzDiscoveryRequest: which of the server's three entry points
+// receives the fuzzed request.
+const (
+	fuzzSotw = iota
+	fuzzDelta
+	fuzzFetch
+	fuzzModes
+)
+
+// FuzzDiscoveryRequest sends a request with fuzzed resource names, nonce,
+// version, type URL and NACK to a real Server on a real Unix socket, on a
+// StreamSecrets stream, a DeltaSecrets stream or FetchSecrets. On a stream
+// it then subscribes a probe name (unguessable) and reads until the probe
+// arrives, which proves the stream still works after the fuzzed request.
+// Properties:
+//   - the server never panics or ends a stream because of a request;
+//   - every response has the Secret type URL, a fresh nonce (increasing
+//     per stream) and a version, and carries only names that were
+//     subscribed by a request it accepted (a type URL other than Secret or
+//     empty is ignored; a SotW request with a stale nonce is ignored) and
+//     that the Source knows; delta removals name only unknown names;
+//   - FetchSecrets answers with exactly the distinct non-empty names asked
+//     for, in order, or InvalidArgument (wrong type, no names) or NotFound
+//     (an unknown name).
+func FuzzDiscoveryRequest(f *testing.F) {
+	p := newPKI(f, nil)
+	src := newFakeSource()
+	src.set(p.certSecret(f, secretcache.DefaultName, time.Hour))
+	src.set(p.rootSecret(secretcache.RootName))
+	h := start(f, src, quiet)
+	known := func(name string) bool { return name == secretcache.DefaultName || name == secretcache.RootName }
+
+	names := func(ns ...string) string { return strings.Join(ns, "\n") }
+	for _, s := range []struct {
+		mode                           uint8
+		typeURL, names, nonce, version string
+		nack, spiffe                   bool
+	}{
+		{fuzzSotw, sds.SecretTypeURL, names("default", "ROOTCA"), "", "", false, false},
+		{fuzzSotw, "", names("default", "default", ""), "", "", false, true},
+		{fuzzSotw, sds.SecretTypeURL, names("default"), "1", "v1", true, false},
+		{fuzzSotw, "type.googleapis.com/envoy.config.cluster.v3.Cluster", names("default"), "", "", false, false},
+		{fuzzSotw, sds.SecretTypeURL, names("nope", "file-cert:/nonexistent/cert.pem~/nonexistent/key.pem"), "", "", false, false},
+		{fuzzSotw, sds.SecretTypeURL, "", "", "", false, false},
+		{fuzzDelta, sds.SecretTypeURL, names("default", "ROOTCA", "nope"), "", "", false, true},
+		{fuzzDelta, "", names("ROOTCA"), "7", "stale", true, false},
+		{fuzzDelta, "bogus", names("default"), "", "", false, false},
+		{fuzzFetch, sds.SecretTypeURL, names("ROOTCA", "default", "ROOTCA"), "", "", false, false},
+		{fuzzFetch, "", names("nope"), "", "", false, false},
+		{fuzzFetch, "bogus", names("default"), "", "", false, false},
+		{fuzzFetch, sds.SecretTypeURL, "", "", "", false, true},
+		{fuzzSotw, sds.SecretTypeURL, strings.Repeat("x\n", 300), "", "", false, false},
+	} {
+		f.Add(s.mode, s.typeURL, s.names, s.nonce, s.version, s.nack, s.spiffe)
+	}
+
+	probes := 0
+	f.Fuzz(func(t *testing.T, mode uint8, typeURL, nameList, nonce, version string, nack, spiffe bool) {
+		// The fake Source reports each cancelled watch on a buffered
+		// channel; drain it so that a long run never blocks an unsubscribe.
+		defer func() {
+			for len(src.cancels) > 0 {
+				<-src.cancels
+			}
+		}()
+		// Proto3 strings are UTF-8: the Go client refuses to marshal
+		// anything else, and a server receiving it fails the stream's
+		// Recv (grpc-go validates on unmarshal). Invalid bytes become
+		// U+FFFD so that the rest of the input is still exercised.
+		typeURL, nameList, nonce, version = validUTF8(typeURL), validUTF8(nameList), validUTF8(nonce), validUTF8(version)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		reqNames := strings.Split(nameList, "\n")
+		node := &corev3.Node{Id: "sidecar~10.0.0.1~fuzz.default~default.svc.cluster.local"}
+		if spiffe {
+			node = spiffeNode(structpb.NewBoolValue(true))
+		}
+		var detail *rpcstatus.Status
+		if nack {
+			detail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "fuzz: rejected"}
+		}
+		typeOK := typeURL == "" || typeURL == sds.SecretTypeURL
+		distinct := distinctNames(reqNames)
+
+		if mode%fuzzModes == fuzzFetch {
+			resp, err := h.client.FetchSecrets(ctx, &discoveryv3.DiscoveryRequest{
+				Node: node, TypeUrl: typeURL, ResourceNames: reqNames, VersionInfo: version, ResponseNonce: nonce, ErrorDetail: detail,
+			})
+			checkFetch(t, resp, err, typeOK, distinct, known)
+			return
+		}
+
+		probes++
+		var rnd [8]byte
+		rand.Read(rnd[:])
+		probe := fmt.Sprintf("probe-%d-%s", probes, hex.EncodeToString(rnd[:]))
+		src.set(p.rootSecret(probe))
+		// Names a response may carry: the probe, and what the fuzzed
+		// request subscribed if the server had to accept it.
+		allowed := map[string]bool{probe: true}
+		if mode%fuzzModes == fuzzSotw {
+			if typeOK && nonce == "" {
+				for _, n := range distinct {
+					allowed[n] = true
+				}
+			}
+			s, err := h.client.StreamSecrets(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			send := func(r *discoveryv3.DiscoveryRequest) {
+				if err := s.Send(r); err != nil {
+					t.Fatalf("send: %v", err)
+				}
+			}
+			send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL, ResourceNames: reqNames, VersionInfo: version, ResponseNonce: nonce, ErrorDetail: detail})
+			send(&discoveryv3.DiscoveryRequest{TypeUrl: sds.SecretTypeURL, ResourceNames: []string{probe}})
+			last := uint64(0)
+			for got := false; !got; {
+				r, err := s.Recv()
+				if err != nil {
+					t.Fatalf("recv before the probe arrived: %v", err)
+				}
+				last = checkNonce(t, r.GetNonce(), last)
+				if r.GetTypeUrl() != sds.SecretTypeURL || r.GetVersionInfo() == "" || len(r.GetResources()) != 1 {
+					t.Fatalf("response type %q version %q with %d resources", r.GetTypeUrl(), r.GetVersionInfo(), len(r.GetResources()))
+				}
+				name := unpack(t, r.GetResources()[0]).GetName()
+				if !allowed[name] || name != probe && !known(name) {
+					t.Fatalf("response carries %q; allowed %v", name, allowed)
+				}
+				got = name == probe
+			}
+			s.CloseSend()
+			return
+		}
+
+		if typeOK {
+			for _, n := range distinct {
+				allowed[n] = true
+			}
+		}
+		s, err := h.client.DeltaSecrets(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		send := func(r *discoveryv3.DeltaDiscoveryRequest) {
+			if err := s.Send(r); err != nil {
+				t.Fatalf("send: %v", err)
+			}
+		}
+		initial := map[string]string{}
+		if len(reqNames) > 0 && version != "" {
+			initial[reqNames[0]] = version
+		}
+		send(&discoveryv3.DeltaDiscoveryRequest{
+			Node: node, TypeUrl: typeURL, ResourceNamesSubscribe: reqNames, ResourceNamesUnsubscribe: reqNames[len(reqNames)/2:],
+			InitialResourceVersions: initial, ResponseNonce: nonce, ErrorDetail: detail,
+		})
+		send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: sds.SecretTypeURL, ResourceNamesSubscribe: []string{probe}})
+		last := uint64(0)
+		for got := false; !got; {
+			r, err := s.Recv()
+			if err != nil {
+				t.Fatalf("recv before the probe arrived: %v", err)
+			}
+			last = checkNonce(t, r.GetNonce(), last)
+			if r.GetTypeUrl() != sds.SecretTypeURL || len(r.GetResources())+len(r.GetRemovedResources()) == 0 {
+				t.Fatalf("response type %q with %d resources", r.GetTypeUrl(), len(r.GetResources()))
+			}
+			for _, res := range r.GetResources() {
+				if !allowed[res.GetName()] || res.GetName() != probe && !known(res.GetName()) || res.GetVersion() == "" {
+					t.Fatalf("response carries %q version %q; allowed %v", res.GetName(), res.GetVersion(), allowed)
+				}
+				if unpack(t, res.GetResource()).GetName() != res.GetName() {
+					t.Fatalf("resource %q holds secret %q", res.GetName(), unpack(t, res.GetResource()).GetName())
+				}
+				got = got || res.GetName() == probe
+			}
+			for _, n := range r.GetRemovedResources() {
+				if !allowed[n] || known(n) || n == probe {
+					t.Fatalf("response removes %q", n)
+				}
+			}
+		}
+		s.CloseSend()
+	})
+}
+
+func validUTF8(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+
+// distinctNames is the set of names a request subscribes: distinct and
+// non-empty, in order.
+func distinctNames(names []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, n := range names {
+		if n != "" && !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// checkNonce fails unless nonce is a fresh nonce of the stream, after last.
+func checkNonce(t *testing.T, nonce string, last uint64) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(nonce, 10, 64)
+	if err != nil || n <= last {
+		t.Fatalf("nonce %q after %d", nonce, last)
+	}
+	return n
+}
+
+// checkFetch checks a FetchSecrets answer to a request for distinct names.
+func checkFetch(t *testing.T, resp *discoveryv3.DiscoveryResponse, err error, typeOK bool, distinct []string, known func(string) bool) {
+	t.Helper()
+	allKnown := true
+	for _, n := range distinct {
+		allKnown = allKnown && known(n)
+	}
+	var want codes.Code
+	switch {
+	case !typeOK, len(distinct) == 0:
+		want = codes.InvalidArgument
+	case !allKnown:
+		want = codes.NotFound
+	}
+	if got := status.Code(err); got != want {
+		t.Fatalf("FetchSecrets: code %v, want %v (%v)", got, want, err)
+	}
+	if err != nil {
+		return
+	}
+	if resp.GetTypeUrl() != sds.SecretTypeURL || resp.GetNonce() == "" || len(resp.GetResources()) != len(distinct) {
+		t.Fatalf("FetchSecrets: type %q nonce %q, %d resources for %v", resp.GetTypeUrl(), resp.GetNonce(), len(resp.GetResources()), distinct)
+	}
+	for i, a := range resp.GetResources() {
+		if got := unpack(t, a).GetName(); got != distinct[i] {
+			t.Fatalf("FetchSecrets: resource %d is %q, want %q", i, got, distinct[i])
+		}
+	}
+}

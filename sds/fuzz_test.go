@@ -104,12 +104,15 @@ func FuzzDiscoveryRequest(f *testing.F) {
 		}
 		typeOK := typeURL == "" || typeURL == sds.SecretTypeURL
 		distinct := distinctNames(reqNames)
+		// More names than the cap (in one request, or on a delta stream
+		// once the probe is added) end the stream with ResourceExhausted.
+		tooMany := len(reqNames) > sds.DefaultMaxResourceNames
 
 		if mode%fuzzModes == fuzzFetch {
 			resp, err := h.client.FetchSecrets(ctx, &discoveryv3.DiscoveryRequest{
 				Node: node, TypeUrl: typeURL, ResourceNames: reqNames, VersionInfo: version, ResponseNonce: nonce, ErrorDetail: detail,
 			})
-			checkFetch(t, resp, err, typeOK, distinct, known)
+			checkFetch(t, resp, err, typeOK, tooMany, distinct, known)
 			return
 		}
 
@@ -137,6 +140,10 @@ func FuzzDiscoveryRequest(f *testing.F) {
 				}
 			}
 			send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL, ResourceNames: reqNames, VersionInfo: version, ResponseNonce: nonce, ErrorDetail: detail})
+			if typeOK && tooMany {
+				expectExhausted(t, func() error { _, err := s.Recv(); return err })
+				return
+			}
 			send(&discoveryv3.DiscoveryRequest{TypeUrl: sds.SecretTypeURL, ResourceNames: []string{probe}})
 			last := uint64(0)
 			for got := false; !got; {
@@ -180,6 +187,19 @@ func FuzzDiscoveryRequest(f *testing.F) {
 			Node: node, TypeUrl: typeURL, ResourceNamesSubscribe: reqNames, ResourceNamesUnsubscribe: reqNames[len(reqNames)/2:],
 			InitialResourceVersions: initial, ResponseNonce: nonce, ErrorDetail: detail,
 		})
+		if typeOK && (tooMany || len(distinct)+1 > sds.DefaultMaxResourceNames) {
+			expectExhausted(t, func() error {
+				if !tooMany { // the probe's subscription is the one over the cap
+					send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: sds.SecretTypeURL, ResourceNamesSubscribe: []string{probe}})
+				}
+				for {
+					if _, err := s.Recv(); err != nil {
+						return err
+					}
+				}
+			})
+			return
+		}
 		send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: sds.SecretTypeURL, ResourceNamesSubscribe: []string{probe}})
 		last := uint64(0)
 		for got := false; !got; {
@@ -210,6 +230,14 @@ func FuzzDiscoveryRequest(f *testing.F) {
 	})
 }
 
+// expectExhausted fails unless recv ends the stream with ResourceExhausted.
+func expectExhausted(t *testing.T, recv func() error) {
+	t.Helper()
+	if err := recv(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a request over the name cap: %v, want ResourceExhausted", err)
+	}
+}
+
 func validUTF8(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // distinctNames is the set of names a request subscribes: distinct and
@@ -237,7 +265,7 @@ func checkNonce(t *testing.T, nonce string, last uint64) uint64 {
 }
 
 // checkFetch checks a FetchSecrets answer to a request for distinct names.
-func checkFetch(t *testing.T, resp *discoveryv3.DiscoveryResponse, err error, typeOK bool, distinct []string, known func(string) bool) {
+func checkFetch(t *testing.T, resp *discoveryv3.DiscoveryResponse, err error, typeOK, tooMany bool, distinct []string, known func(string) bool) {
 	t.Helper()
 	allKnown := true
 	for _, n := range distinct {
@@ -245,7 +273,11 @@ func checkFetch(t *testing.T, resp *discoveryv3.DiscoveryResponse, err error, ty
 	}
 	var want codes.Code
 	switch {
-	case !typeOK, len(distinct) == 0:
+	case !typeOK:
+		want = codes.InvalidArgument
+	case tooMany:
+		want = codes.ResourceExhausted
+	case len(distinct) == 0:
 		want = codes.InvalidArgument
 	case !allKnown:
 		want = codes.NotFound

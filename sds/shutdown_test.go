@@ -46,9 +46,9 @@ type gatedSigner struct {
 	gate chan struct{}
 }
 
-func (g gatedSigner) Sign(ctx context.Context, csrPEM []byte, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
+func (g gatedSigner) Sign(ctx context.Context, csr *x509.CertificateRequest, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
 	<-g.gate
-	return g.p.Sign(ctx, csrPEM, ttl)
+	return g.p.Sign(ctx, csr, ttl)
 }
 
 // The attack: clients that stop reading, streams and FetchSecrets calls

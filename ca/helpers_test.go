@@ -22,6 +22,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // t0 is the tests' "now".
@@ -69,14 +70,7 @@ func intermediateBundle(t testing.TB, kt certs.KeyType, now time.Time) *keystore
 	return &keystore.Bundle{Cert: caCert, Key: caKey, Intermediates: []*x509.Certificate{inter}, Roots: root.Roots}
 }
 
-func mustKey(t testing.TB, kt certs.KeyType) crypto.Signer {
-	t.Helper()
-	k, err := certs.GenerateKey(kt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
+func mustKey(t testing.TB, kt certs.KeyType) crypto.Signer { return testkit.Key(t, kt) }
 
 func newAuthority(t testing.TB, b *keystore.Bundle, clk clock.Clock) *ca.Authority {
 	t.Helper()

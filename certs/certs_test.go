@@ -5,7 +5,6 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -20,6 +19,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 var (
@@ -27,15 +27,6 @@ var (
 	td = spiffeid.RequireTrustDomainFromString("cluster.local")
 	id = spiffeid.RequireFromString("spiffe://cluster.local/ns/default/sa/web")
 )
-
-func genKey(t testing.TB, kt certs.KeyType) crypto.Signer {
-	t.Helper()
-	k, err := certs.GenerateKey(kt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
 
 // hierarchy is a root, an intermediate below it, and a leaf for id.
 type hierarchy struct {
@@ -45,7 +36,7 @@ type hierarchy struct {
 
 func newHierarchy(t testing.TB) hierarchy {
 	t.Helper()
-	h := hierarchy{rootKey: genKey(t, certs.ECP256), interKey: genKey(t, certs.ECP256)}
+	h := hierarchy{rootKey: testkit.Key(t, certs.ECP256), interKey: testkit.Key(t, certs.ECP256)}
 	var err error
 	h.root, err = certs.NewRootCA(certs.CASpec{Subject: pkix.Name{CommonName: "root"}, Key: h.rootKey, NotBefore: t0.Add(-time.Hour), TTL: 365 * 24 * time.Hour, MaxPathLen: 1})
 	if err != nil {
@@ -55,7 +46,7 @@ func newHierarchy(t testing.TB) hierarchy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.leaf = issueLeaf(t, h.inter, h.interKey, genKey(t, certs.ECP256).Public(), []*url.URL{id.URL()}, false, t0.Add(time.Hour))
+	h.leaf = issueLeaf(t, h.inter, h.interKey, testkit.Key(t, certs.ECP256).Public(), []*url.URL{id.URL()}, false, t0.Add(time.Hour))
 	return h
 }
 
@@ -69,15 +60,7 @@ func issueLeaf(t testing.TB, issuer *x509.Certificate, issuerKey crypto.Signer, 
 	if isCA {
 		tmpl.IsCA, tmpl.BasicConstraintsValid, tmpl.KeyUsage = true, true, x509.KeyUsageCertSign
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, issuer, pub, issuerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return testkit.Certificate(t, tmpl, issuer, pub, issuerKey)
 }
 
 func TestParseKeyType(t *testing.T) {
@@ -108,14 +91,14 @@ func TestParseKeyType(t *testing.T) {
 
 func TestGenerateKey(t *testing.T) {
 	for _, kt := range []certs.KeyType{certs.ECP256, certs.ECP384, certs.RSA2048, certs.Ed25519} {
-		k := genKey(t, kt)
+		k := testkit.Key(t, kt)
 		if got := certs.KeyTypeOf(k.Public()); got != string(kt) {
 			t.Errorf("KeyTypeOf(GenerateKey(%s)) = %s", kt, got)
 		}
 		if !certs.KeyMatches(k.Public(), k) {
 			t.Errorf("%s: KeyMatches(own key) = false", kt)
 		}
-		if certs.KeyMatches(genKey(t, kt).Public(), k) {
+		if certs.KeyMatches(testkit.Key(t, kt).Public(), k) {
 			t.Errorf("%s: KeyMatches(other key) = true", kt)
 		}
 		if certs.SignatureAlgorithmFor(k.Public()) == x509.UnknownSignatureAlgorithm {
@@ -166,9 +149,9 @@ func TestParseCertificates(t *testing.T) {
 }
 
 func TestParsePrivateKey(t *testing.T) {
-	ec := genKey(t, certs.ECP256).(*ecdsa.PrivateKey)
-	rk := genKey(t, certs.RSA2048).(*rsa.PrivateKey)
-	ed := genKey(t, certs.Ed25519).(ed25519.PrivateKey)
+	ec := testkit.Key(t, certs.ECP256).(*ecdsa.PrivateKey)
+	rk := testkit.Key(t, certs.RSA2048).(*rsa.PrivateKey)
+	ed := testkit.Key(t, certs.Ed25519).(ed25519.PrivateKey)
 	sec1, err := x509.MarshalECPrivateKey(ec)
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +213,7 @@ func TestParsePrivateKey(t *testing.T) {
 }
 
 func TestNewCSR(t *testing.T) {
-	key := genKey(t, certs.ECP256)
+	key := testkit.Key(t, certs.ECP256)
 	der, err := certs.NewCSR(key, id)
 	if err != nil {
 		t.Fatal(err)
@@ -293,7 +276,7 @@ func TestVerifyChain(t *testing.T) {
 	if _, err := certs.VerifyChain([]*x509.Certificate{h.inter}, roots, t0); err != nil {
 		t.Errorf("intermediate: %v", err)
 	}
-	caKey := genKey(t, certs.ECP256)
+	caKey := testkit.Key(t, certs.ECP256)
 	ca := issueLeaf(t, h.inter, h.interKey, caKey.Public(), nil, true, t0.Add(time.Hour))
 	tests := []struct {
 		name  string
@@ -308,7 +291,7 @@ func TestVerifyChain(t *testing.T) {
 		{"leaf expired", []*x509.Certificate{h.leaf, h.inter}, roots, t0.Add(2 * time.Hour)},
 		{"not yet valid", []*x509.Certificate{h.leaf, h.inter}, roots, t0.Add(-2 * time.Hour)},
 		{"intermediate of another CA", []*x509.Certificate{h.leaf, other.inter}, roots, t0},
-		{"path length exceeded", []*x509.Certificate{issueLeaf(t, ca, caKey, genKey(t, certs.ECP256).Public(), nil, false, t0.Add(time.Hour)), ca, h.inter}, roots, t0},
+		{"path length exceeded", []*x509.Certificate{issueLeaf(t, ca, caKey, testkit.Key(t, certs.ECP256).Public(), nil, false, t0.Add(time.Hour)), ca, h.inter}, roots, t0},
 	}
 	for _, tc := range tests {
 		if _, err := certs.VerifyChain(tc.chain, tc.roots, tc.at); err == nil {
@@ -330,12 +313,12 @@ func TestVerifySVID(t *testing.T) {
 		chain []*x509.Certificate
 		want  string
 	}{
-		{"no URI", []*x509.Certificate{issueLeaf(t, h.inter, h.interKey, genKey(t, certs.ECP256).Public(), nil, false, t0.Add(time.Hour)), h.inter}, "no URI SAN"},
-		{"two URIs", []*x509.Certificate{issueLeaf(t, h.inter, h.interKey, genKey(t, certs.ECP256).Public(), []*url.URL{id.URL(), id.URL()}, false, t0.Add(time.Hour)), h.inter}, "more than one URI"},
-		{"not SPIFFE", []*x509.Certificate{issueLeaf(t, h.inter, h.interKey, genKey(t, certs.ECP256).Public(), []*url.URL{{Scheme: "https", Host: "cluster.local", Path: "/ns/default/sa/web"}}, false, t0.Add(time.Hour)), h.inter}, "scheme"},
-		{"other trust domain", []*x509.Certificate{issueLeaf(t, h.inter, h.interKey, genKey(t, certs.ECP256).Public(), []*url.URL{otherTD.URL()}, false, t0.Add(time.Hour)), h.inter}, "bundle"},
-		{"leaf is a CA", []*x509.Certificate{issueLeaf(t, h.inter, h.interKey, genKey(t, certs.ECP256).Public(), []*url.URL{id.URL()}, true, t0.Add(time.Hour)), h.inter}, "CA"},
-		{"expired", []*x509.Certificate{issueLeaf(t, h.inter, h.interKey, genKey(t, certs.ECP256).Public(), []*url.URL{id.URL()}, false, t0.Add(-time.Second)), h.inter}, "verify"},
+		{"no URI", []*x509.Certificate{issueLeaf(t, h.inter, h.interKey, testkit.Key(t, certs.ECP256).Public(), nil, false, t0.Add(time.Hour)), h.inter}, "no URI SAN"},
+		{"two URIs", []*x509.Certificate{issueLeaf(t, h.inter, h.interKey, testkit.Key(t, certs.ECP256).Public(), []*url.URL{id.URL(), id.URL()}, false, t0.Add(time.Hour)), h.inter}, "more than one URI"},
+		{"not SPIFFE", []*x509.Certificate{issueLeaf(t, h.inter, h.interKey, testkit.Key(t, certs.ECP256).Public(), []*url.URL{{Scheme: "https", Host: "cluster.local", Path: "/ns/default/sa/web"}}, false, t0.Add(time.Hour)), h.inter}, "scheme"},
+		{"other trust domain", []*x509.Certificate{issueLeaf(t, h.inter, h.interKey, testkit.Key(t, certs.ECP256).Public(), []*url.URL{otherTD.URL()}, false, t0.Add(time.Hour)), h.inter}, "bundle"},
+		{"leaf is a CA", []*x509.Certificate{issueLeaf(t, h.inter, h.interKey, testkit.Key(t, certs.ECP256).Public(), []*url.URL{id.URL()}, true, t0.Add(time.Hour)), h.inter}, "CA"},
+		{"expired", []*x509.Certificate{issueLeaf(t, h.inter, h.interKey, testkit.Key(t, certs.ECP256).Public(), []*url.URL{id.URL()}, false, t0.Add(-time.Second)), h.inter}, "verify"},
 		{"missing intermediate", []*x509.Certificate{h.leaf}, "verify"},
 	}
 	for _, tc := range tests {

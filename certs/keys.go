@@ -9,6 +9,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -50,7 +51,10 @@ func parseKeyType(s string, allowed []KeyType) (KeyType, error) {
 			return k, nil
 		}
 	}
-	return "", fmt.Errorf("certs: key type %q not supported (want one of %s)", s, KeyTypeNames(allowed))
+	if slices.Contains(KeyTypes, KeyType(s)) {
+		return "", fmt.Errorf("certs: key type %q is not supported here (want one of %s)", s, KeyTypeNames(allowed))
+	}
+	return "", fmt.Errorf("certs: unknown key type %q (want one of %s)", s, KeyTypeNames(allowed))
 }
 
 // KeyTypeNames joins the names of types with ", ", as in help texts.

@@ -3,7 +3,6 @@ package authn_test
 import (
 	"context"
 	"crypto"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 type testCA struct {
@@ -63,15 +63,7 @@ func (p testCA) leaf(t *testing.T, uri string, mod func(*x509.Certificate)) *x50
 	if mod != nil {
 		mod(tmpl)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, mustKey(t).Public(), p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return testkit.Certificate(t, tmpl, p.cert, mustKey(t).Public(), p.key)
 }
 
 func TestClientCert(t *testing.T) {

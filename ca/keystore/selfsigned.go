@@ -41,7 +41,7 @@ func (cfg SelfSignedConfig) withDefaults() (SelfSignedConfig, error) {
 		cfg.KeyType = certs.ECP256
 	}
 	if _, err := certs.ParseCAKeyType(string(cfg.KeyType)); err != nil {
-		return cfg, fmt.Errorf("keystore: self-signed root: %w", err)
+		return cfg, fmt.Errorf("keystore: root key type %q not supported (want one of %s)", cfg.KeyType, certs.KeyTypeNames(certs.CAKeyTypes))
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultRootTTL

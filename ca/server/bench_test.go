@@ -23,6 +23,7 @@ import (
 
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // benchCallers is the number of distinct identities (one per concurrent
@@ -84,7 +85,7 @@ func benchGRPC(b *testing.B, auths func(*env) []authn.Authenticator, jwt bool) {
 			callers[i].token = ns + "/" + sa + "." + fmt.Sprint(i) // opaque to everything but the fake API server
 		}
 		for range csrsPerCaller {
-			callers[i].csrs = append(callers[i].csrs, csrFor(b, genKey(b, certs.ECP256), sid(ns, sa), nil))
+			callers[i].csrs = append(callers[i].csrs, csrFor(b, testkit.Key(b, certs.ECP256), sid(ns, sa), nil))
 		}
 	}
 	for _, c := range []int{1, 8, 64} {

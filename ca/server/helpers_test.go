@@ -196,15 +196,6 @@ func csrFor(t testing.TB, key crypto.Signer, id spiffeid.ID, mod func(*x509.Cert
 	return string(certs.EncodeCSR(der))
 }
 
-func genKey(t testing.TB, kt certs.KeyType) crypto.Signer {
-	t.Helper()
-	k, err := certs.GenerateKey(kt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
 func fakeClock() *clock.Fake { return clock.NewFake(time.Now()) }
 
 var devissuerNew = devissuer.New

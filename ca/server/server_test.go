@@ -30,6 +30,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // verifyChain checks an IstioCertificateResponse cert_chain: leaf first,
@@ -92,7 +93,7 @@ func TestCreateCertificate(t *testing.T) {
 				ctx := withToken(context.Background(), e.token(t, "default", "web"))
 				md, _ := structpb.NewStruct(map[string]any{"ClusterID": "Kubernetes", "CertSigner": "", "WorkloadName": "web-0", "Unknown": 1.0})
 				resp, err := c.CreateCertificate(ctx, &securityv1alpha1.IstioCertificateRequest{
-					Csr:              csrFor(t, genKey(t, kt), sid("default", "web"), nil),
+					Csr:              csrFor(t, testkit.Key(t, kt), sid("default", "web"), nil),
 					ValidityDuration: 3600,
 					Metadata:         md,
 				})
@@ -131,7 +132,7 @@ func TestCreateCertificateWithIntermediates(t *testing.T) {
 	b := &keystore.Bundle{Cert: int2, Key: int2Key, Intermediates: []*x509.Certificate{int1}, Roots: []*x509.Certificate{root, otherRoot}}
 	e := newEnv(t, envOpts{bundle: b})
 	resp, err := e.client(t, "localhost", nil).CreateCertificate(withToken(context.Background(), e.token(t, "shop", "cart")),
-		&securityv1alpha1.IstioCertificateRequest{Csr: csrFor(t, genKey(t, certs.ECP256), sid("shop", "cart"), nil)})
+		&securityv1alpha1.IstioCertificateRequest{Csr: csrFor(t, testkit.Key(t, certs.ECP256), sid("shop", "cart"), nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestCreateCertificateErrors(t *testing.T) {
 	c := e.client(t, "istiod.istio-system.svc", nil)
 	good := e.token(t, "default", "web")
 	forged := func() string { // same issuer URL and kid shape, other key
-		k := genKey(t, certs.ECP256)
+		k := testkit.Key(t, certs.ECP256)
 		other, err := devissuerNew(k, e.issuer.Issuer())
 		if err != nil {
 			t.Fatal(err)
@@ -160,7 +161,7 @@ func TestCreateCertificateErrors(t *testing.T) {
 	expired, _ := e.issuer.Mint("default", "web", []string{"istio-ca"}, time.Minute, time.Now().Add(-time.Hour))
 	wrongAud, _ := e.issuer.Mint("default", "web", []string{"kubernetes"}, time.Hour, time.Now())
 	rsa1024, _ := rsa.GenerateKey(rand.Reader, 1024)
-	p256 := genKey(t, certs.ECP256)
+	p256 := testkit.Key(t, certs.ECP256)
 	web := sid("default", "web")
 
 	tests := []struct {
@@ -235,7 +236,7 @@ func TestRateLimit(t *testing.T) {
 	c := e.client(t, "localhost", nil)
 	call := func(ns, sa string) codes.Code {
 		_, err := c.CreateCertificate(withToken(context.Background(), e.token(t, ns, sa)),
-			&securityv1alpha1.IstioCertificateRequest{Csr: csrFor(t, genKey(t, certs.ECP256), sid(ns, sa), nil)})
+			&securityv1alpha1.IstioCertificateRequest{Csr: csrFor(t, testkit.Key(t, certs.ECP256), sid(ns, sa), nil)})
 		return status.Code(err)
 	}
 	steps := []struct {
@@ -260,7 +261,7 @@ func TestRateLimit(t *testing.T) {
 
 func TestClientCertRenewal(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	key := genKey(t, certs.ECP256)
+	key := testkit.Key(t, certs.ECP256)
 	resp, err := e.client(t, "localhost", nil).CreateCertificate(withToken(context.Background(), e.token(t, "shop", "cart")),
 		&securityv1alpha1.IstioCertificateRequest{Csr: csrFor(t, key, sid("shop", "cart"), nil)})
 	if err != nil {
@@ -296,7 +297,7 @@ func TestClientCertRenewal(t *testing.T) {
 			if tc.code == codes.PermissionDenied {
 				id = sid("shop", "admin")
 			}
-			resp, err := c.CreateCertificate(context.Background(), &securityv1alpha1.IstioCertificateRequest{Csr: csrFor(t, genKey(t, certs.ECP256), id, nil)})
+			resp, err := c.CreateCertificate(context.Background(), &securityv1alpha1.IstioCertificateRequest{Csr: csrFor(t, testkit.Key(t, certs.ECP256), id, nil)})
 			if status.Code(err) != tc.code {
 				t.Fatalf("code %v (%v), want %v", status.Code(err), err, tc.code)
 			}

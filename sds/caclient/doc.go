@@ -7,9 +7,12 @@
 // request (projected service-account tokens rotate), and with ClusterID in
 // the request metadata when configured.
 //
-// The answer is checked before it is returned: the leaf must certify the
-// CSR's public key and carry the CSR's SPIFFE ID, and the chain must verify
-// to the root bundle of the answer at the current time. The returned roots
+// The CSR is a parsed *x509.CertificateRequest; it is PEM-encoded only on
+// the wire. The answer is checked before it is returned, by Verify, the
+// agent's one check of a CA's answer: the leaf must certify the CSR's public
+// key and be an X509-SVID for exactly the CSR's SPIFFE ID, and the chain must
+// verify to the root bundle of the answer at the current time. Every refusal
+// wraps ErrInvalidResponse; FailureCode names failures for logs and metrics. The returned roots
 // are not additionally required to be among the configured roots: the answer
 // arrives over a channel authenticated with those roots, so its bundle is as
 // trustworthy as the channel, and requiring an overlap would break a root

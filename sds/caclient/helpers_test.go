@@ -25,6 +25,7 @@ import (
 	pb "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // hierarchy is a root, an intermediate under it, and a serving certificate,
@@ -64,15 +65,7 @@ func (h *hierarchy) issue(t *testing.T, pub crypto.PublicKey, uris []*url.URL, d
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, h.inter, pub, h.interKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return testkit.Certificate(t, tmpl, h.inter, pub, h.interKey)
 }
 
 func pemOf(cs ...*x509.Certificate) string { return string(certs.EncodeCertificates(cs...)) }

@@ -4,8 +4,8 @@
 // "file-root:<path>").
 //
 // A Manager generates a key in memory, sends a CSR carrying exactly the
-// workload's SPIFFE ID to a Signer (see package caclient), verifies the
-// answer and caches it. Concurrent first requests share one CSR. Run starts
+// workload's SPIFFE ID to a Signer (package caclient, which verifies the
+// answer with caclient.Verify) and caches the answer. Concurrent first requests share one CSR. Run starts
 // the rotation scheduler, which renews at NotBefore + GraceRatio × lifetime
 // (± Jitter), retries CA failures with capped exponential backoff, and
 // watches mounted files with fsnotify. Every change is pushed to the

@@ -19,6 +19,7 @@ import (
 
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // countingAuth counts the requests that reached authentication, then
@@ -44,7 +45,7 @@ func TestOversizedTokenRefusedBeforeAuthentication(t *testing.T) {
 		return []authn.Authenticator{count}
 	}})
 	c := e.client(t, "localhost", nil)
-	csr := csrFor(t, genKey(t, certs.ECP256), sid("shop", "cart"), nil)
+	csr := csrFor(t, testkit.Key(t, certs.ECP256), sid("shop", "cart"), nil)
 	_, err := c.CreateCertificate(withToken(context.Background(), strings.Repeat("a", authn.MaxTokenSize+1)), &securityv1alpha1.IstioCertificateRequest{Csr: csr})
 	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "16 KiB") {
 		t.Fatalf("17 KiB token: %v, want Unauthenticated naming the 16 KiB limit", err)
@@ -71,7 +72,7 @@ func TestHugeHeadersRefused(t *testing.T) {
 		count.next = e.srvAuth(t)
 		return []authn.Authenticator{count}
 	}})
-	csr := csrFor(t, genKey(t, certs.ECP256), sid("shop", "cart"), nil)
+	csr := csrFor(t, testkit.Key(t, certs.ECP256), sid("shop", "cart"), nil)
 
 	outcome := rawRequest(t, e, "Bearer "+strings.Repeat("a", 1<<20), csr)
 	if outcome == "grpc-status 16" || outcome == "grpc-status 0" {

@@ -25,7 +25,7 @@ func TestClientCertRenewalNeverOutlivesThePresentedCert(t *testing.T) {
 	logs := testkit.NewLogRecorder()
 	e := newEnv(t, envOpts{caCfg: func(c *ca.Config) { c.Logger = logs.Logger() }})
 	id := sid("shop", "cart")
-	key := genKey(t, certs.ECP256)
+	key := testkit.Key(t, certs.ECP256)
 	resp, err := e.client(t, "localhost", nil).CreateCertificate(withToken(context.Background(), e.token(t, "shop", "cart")),
 		&securityv1alpha1.IstioCertificateRequest{Csr: csrFor(t, key, id, nil), ValidityDuration: int64(time.Hour / time.Second)})
 	if err != nil {
@@ -66,7 +66,7 @@ func TestCapTTLToToken(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp, err := e.client(t, "localhost", nil).CreateCertificate(withToken(context.Background(), tok),
-			&securityv1alpha1.IstioCertificateRequest{Csr: csrFor(t, genKey(t, certs.ECP256), id, nil)})
+			&securityv1alpha1.IstioCertificateRequest{Csr: csrFor(t, testkit.Key(t, certs.ECP256), id, nil)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,6 +24,10 @@ const RootCommonName = "meshid root CA"
 // whose clocks run a little behind accept it at once.
 const rootBackdate = 5 * time.Minute
 
+// LockFile is the file in a state directory that LoadOrCreateSelfSigned
+// locks (flock, exclusive) while it reads or creates the root.
+const LockFile = ".lock"
+
 // RootKeyTypes are the key types a self-signed root may have.
 var RootKeyTypes = []certs.KeyType{certs.ECP256, certs.ECP384, certs.RSA2048, certs.RSA3072, certs.RSA4096}
 
@@ -109,6 +113,11 @@ func NewSelfSignedRoot(cfg SelfSignedConfig) (*Bundle, map[string][]byte, error)
 // is never replaced: if it cannot be loaded (or its key is readable by
 // others) that is an error. <Dir>/root-cert.pem is always rewritten for
 // clients. A KeyType that differs from the existing root's is ignored.
+//
+// Processes sharing cfg.Dir are serialised by an exclusive flock on
+// <Dir>/.lock: a second meshid starting at the same moment waits for the
+// first to finish creating the root, then loads that same root, so the key
+// and certificates on disk always come from one root.
 func LoadOrCreateSelfSigned(cfg SelfSignedConfig) (*Bundle, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("keystore: self-signed root: state directory is required")
@@ -120,6 +129,11 @@ func LoadOrCreateSelfSigned(cfg SelfSignedConfig) (*Bundle, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("keystore: state directory: %w", err)
 	}
+	unlock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	keyPath := filepath.Join(cfg.Dir, CAKeyFile)
 	var b *Bundle
 	switch st, err := os.Stat(keyPath); {

@@ -1,6 +1,7 @@
 package keystore
 
 import (
+	"crypto"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
@@ -38,6 +39,11 @@ type SelfSignedConfig struct {
 	KeyType     certs.KeyType // "" = ec-p256
 	TTL         time.Duration // 0 = DefaultRootTTL
 	Clock       clock.Clock   // nil = real clock
+	// Key, when set, is the root's key held outside the process (a PKCS#11
+	// module): the root is made for it, KeyType is ignored, and no
+	// ca-key.pem is ever written; the state directory then keeps only
+	// certificates.
+	Key crypto.Signer
 }
 
 func (cfg SelfSignedConfig) withDefaults() (SelfSignedConfig, error) {
@@ -73,9 +79,11 @@ func NewSelfSignedRoot(cfg SelfSignedConfig) (*Bundle, map[string][]byte, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	key, err := certs.GenerateKey(cfg.KeyType)
-	if err != nil {
-		return nil, nil, fmt.Errorf("keystore: self-signed root: %w", err)
+	key := cfg.Key
+	if key == nil {
+		if key, err = certs.GenerateKey(cfg.KeyType); err != nil {
+			return nil, nil, fmt.Errorf("keystore: self-signed root: %w", err)
+		}
 	}
 	now := cfg.Clock.Now()
 	root, err := certs.NewRootCA(certs.CASpec{
@@ -88,10 +96,6 @@ func NewSelfSignedRoot(cfg SelfSignedConfig) (*Bundle, map[string][]byte, error)
 	if err != nil {
 		return nil, nil, fmt.Errorf("keystore: self-signed root: %w", err)
 	}
-	keyPEM, err := certs.EncodePrivateKey(key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("keystore: self-signed root: %w", err)
-	}
 	b := &Bundle{Cert: root, Key: key, Roots: []*x509.Certificate{root}}
 	if err := b.Validate(now); err != nil {
 		return nil, nil, err
@@ -99,9 +103,15 @@ func NewSelfSignedRoot(cfg SelfSignedConfig) (*Bundle, map[string][]byte, error)
 	certPEM := certs.EncodeCertificates(root)
 	files := map[string][]byte{
 		CACertFile:    certPEM,
-		CAKeyFile:     keyPEM,
 		CertChainFile: certPEM,
 		RootCertFile:  certPEM,
+	}
+	if cfg.Key == nil {
+		keyPEM, err := certs.EncodePrivateKey(key)
+		if err != nil {
+			return nil, nil, fmt.Errorf("keystore: self-signed root: %w", err)
+		}
+		files[CAKeyFile] = keyPEM
 	}
 	return b, files, nil
 }
@@ -134,14 +144,19 @@ func LoadOrCreateSelfSigned(cfg SelfSignedConfig) (*Bundle, error) {
 		return nil, err
 	}
 	defer unlock()
-	keyPath := filepath.Join(cfg.Dir, CAKeyFile)
+	// The file written last marks a complete root: ca-key.pem, or
+	// ca-cert.pem when the key is held outside.
+	markPath := filepath.Join(cfg.Dir, CAKeyFile)
+	if cfg.Key != nil {
+		markPath = filepath.Join(cfg.Dir, CACertFile)
+	}
 	var b *Bundle
-	switch st, err := os.Stat(keyPath); {
+	switch st, err := os.Stat(markPath); {
 	case err == nil:
-		if perm := st.Mode().Perm(); perm&0o077 != 0 {
-			return nil, fmt.Errorf("keystore: %s: mode %#o lets others read the CA key; want 0600", keyPath, perm)
+		if perm := st.Mode().Perm(); cfg.Key == nil && perm&0o077 != 0 {
+			return nil, fmt.Errorf("keystore: %s: mode %#o lets others read the CA key; want 0600", markPath, perm)
 		}
-		if b, err = LoadDir(cfg.Dir, cfg.Clock.Now()); err != nil {
+		if b, err = loadDir(cfg.Dir, cfg.Key, cfg.Clock.Now()); err != nil {
 			return nil, err
 		}
 	case errors.Is(err, fs.ErrNotExist):
@@ -149,7 +164,11 @@ func LoadOrCreateSelfSigned(cfg SelfSignedConfig) (*Bundle, error) {
 		if b, files, err = NewSelfSignedRoot(cfg); err != nil {
 			return nil, err
 		}
-		for _, name := range []string{CACertFile, CertChainFile, CAKeyFile} {
+		order := []string{CACertFile, CertChainFile, CAKeyFile}
+		if cfg.Key != nil {
+			order = []string{CertChainFile, CACertFile}
+		}
+		for _, name := range order {
 			perm := os.FileMode(0o644)
 			if name == CAKeyFile {
 				perm = 0o600

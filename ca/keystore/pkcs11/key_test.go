@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	miekg "github.com/miekg/pkcs11"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -378,5 +379,53 @@ func TestClosedKeyIsUnavailable(t *testing.T) {
 	_, err := signLeaf(t, a)
 	if ca.KindOf(err) != ca.KindUnavailable {
 		t.Fatalf("err = %v, want unavailable", err)
+	}
+}
+
+// TestReopenIsRateLimited: while the module stays down (here: its token
+// is gone), requests fail Unavailable without reopening the module each
+// time; one attempt is made per ReopenInterval, and once the token is back
+// the key is used again.
+func TestReopenIsRateLimited(t *testing.T) {
+	tk := softhsm.New(t)
+	key := generate(t, tk, "ca", certs.ECP256)
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	pkcs11.SetNow(key, func() time.Time { return now })
+	a, _ := hsmAuthority(t, key)
+
+	// Hide the token: the module, reinitialised, finds no token.
+	hidden := tk.Dir + ".hidden"
+	if err := os.Rename(tk.Dir, hidden); err != nil {
+		t.Fatal(err)
+	}
+	if err := rawModule(t, tk.Module).Finalize(); err != nil {
+		t.Fatal(err)
+	}
+	// 1st: the sign fails and the module is closed. 2nd: one reopen
+	// attempt, which fails. Then 100 requests within the interval: no
+	// attempt (each would cost a C_Initialize).
+	for i := range 102 {
+		_, err := signLeaf(t, a)
+		if ca.KindOf(err) != ca.KindUnavailable {
+			t.Fatalf("request %d: %v, want unavailable", i, err)
+		}
+		if i >= 2 && !strings.Contains(err.Error(), "retrying from") {
+			t.Fatalf("request %d reopened the module within the interval: %v", i, err)
+		}
+	}
+	if err := os.Rename(hidden, tk.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := signLeaf(t, a); err == nil {
+		t.Fatal("reopened before the interval passed")
+	}
+	now = now.Add(pkcs11.ReopenInterval)
+	iss, err := signLeaf(t, a)
+	if err != nil {
+		t.Fatalf("module back and interval passed, still: %v", err)
+	}
+	verifyLeaf(t, iss)
+	if n := pkcs11.Reopened(key); n != 1 {
+		t.Fatalf("reopened %d times, want 1", n)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -427,5 +428,29 @@ func TestReopenIsRateLimited(t *testing.T) {
 	verifyLeaf(t, iss)
 	if n := pkcs11.Reopened(key); n != 1 {
 		t.Fatalf("reopened %d times, want 1", n)
+	}
+}
+
+// TestSoftHSMMissingFailsUnderCI runs this test binary again with the
+// module pointed nowhere: without CI the SoftHSM2 tests skip, with CI=true
+// they fail, so CI never passes without having run them.
+func TestSoftHSMMissingFailsUnderCI(t *testing.T) {
+	if os.Getenv("MESHID_SOFTHSM_MODULE") != "" {
+		t.Skip("child run")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ci := range []string{"", "true"} {
+		cmd := exec.Command(exe, "-test.run", "^TestClosedKeyIsUnavailable$", "-test.v")
+		cmd.Env = append(os.Environ(), "MESHID_SOFTHSM_MODULE=/nonexistent/libsofthsm2.so", "CI="+ci)
+		out, err := cmd.CombinedOutput()
+		switch {
+		case ci == "" && (err != nil || !strings.Contains(string(out), "--- SKIP")):
+			t.Fatalf("without CI: %v\n%s", err, out)
+		case ci == "true" && (err == nil || !strings.Contains(string(out), "may not be skipped")):
+			t.Fatalf("with CI=true: %v\n%s", err, out)
+		}
 	}
 }

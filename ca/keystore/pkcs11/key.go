@@ -235,11 +235,11 @@ func (k *Key) conn() (*conn, error) {
 	if k.closed {
 		return nil, errors.New("pkcs11: key closed")
 	}
-	if now := k.now(); now.Before(k.nextTry) {
-		return nil, fmt.Errorf("pkcs11: module down since %v (retrying from %s)", k.lastErr, k.nextTry.UTC().Format(time.RFC3339))
-	} else {
-		k.nextTry = now.Add(ReopenInterval)
+	now := k.now()
+	if now.Before(k.nextTry) {
+		return nil, fmt.Errorf("pkcs11: module down (%v); retrying from %s", k.lastErr, k.nextTry.UTC().Format(time.RFC3339))
 	}
+	k.nextTry = now.Add(ReopenInterval)
 	c, err := k.open(false, "")
 	if err == nil && !certs.KeyMatches(k.pub, c.signer) {
 		c.ctx.Close()

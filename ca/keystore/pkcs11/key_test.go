@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -453,4 +454,49 @@ func TestSoftHSMMissingFailsUnderCI(t *testing.T) {
 			t.Fatalf("with CI=true: %v\n%s", err, out)
 		}
 	}
+}
+
+// TestModuleFailsUnderLoad finalizes the module while 8 goroutines sign:
+// every failure is Unavailable, nothing panics, and signing resumes.
+func TestModuleFailsUnderLoad(t *testing.T) {
+	tk := softhsm.New(t)
+	key := generate(t, tk, "ca", certs.ECP256)
+	a, _ := hsmAuthority(t, key)
+	raw := rawModule(t, tk.Module)
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed, signed int
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 40 {
+				if g == 0 && i == 10 {
+					if err := raw.Finalize(); err != nil {
+						t.Error(err)
+					}
+				}
+				_, err := signLeaf(t, a)
+				mu.Lock()
+				if err != nil {
+					failed++
+					if ca.KindOf(err) != ca.KindUnavailable {
+						t.Errorf("kind %v: %v", ca.KindOf(err), err)
+					}
+				} else {
+					signed++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if failed == 0 {
+		t.Fatal("no request saw the module fail")
+	}
+	iss, err := signLeaf(t, a)
+	if err != nil {
+		t.Fatalf("after the storm: %v", err)
+	}
+	verifyLeaf(t, iss)
+	t.Logf("%d signed, %d unavailable", signed, failed)
 }

@@ -500,3 +500,16 @@ func TestModuleFailsUnderLoad(t *testing.T) {
 	verifyLeaf(t, iss)
 	t.Logf("%d signed, %d unavailable", signed, failed)
 }
+
+func TestConfigRejects(t *testing.T) {
+	u := mustURI(t, "pkcs11:token=t;object=k?module-path=/m.so&pin-source=/pin")
+	for _, cfg := range []pkcs11.Config{
+		{},
+		{URI: u, MaxSessions: 1},
+		{URI: u, SessionWait: -time.Second},
+	} {
+		if _, err := pkcs11.New(cfg); err == nil || !strings.Contains(err.Error(), "pkcs11: ") || strings.Contains(err.Error(), "/m.so") {
+			t.Errorf("New(%+v) = %v, want a configuration error before the module is touched", cfg, err)
+		}
+	}
+}

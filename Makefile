@@ -5,7 +5,7 @@ BIN      := bin/meshid
 STATE    ?= ./.meshid-dev
 PKGS     := ./...
 
-.PHONY: all build run test test-unit test-kube kube-binaries bench fuzz soak lint fmt clean
+.PHONY: all build run test test-unit test-kube kube-binaries bench fuzz soak lint fmt clean softhsm
 
 all: build
 
@@ -22,6 +22,13 @@ test: lint test-unit test-kube
 ## test-unit: the main module's unit, integration and end-to-end tests.
 test-unit:
 	$(GO) test -count=1 $(PKGS)
+
+## softhsm: install SoftHSM2 (Debian package softhsm2), the PKCS#11 module
+## the ca/keystore/pkcs11 tests run against. Needs root (or sudo) and apt.
+## Without it those tests skip locally and fail under CI=true.
+softhsm:
+	@if command -v softhsm2-util >/dev/null 2>&1; then echo "softhsm2 already installed"; \
+	else SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update && $$SUDO apt-get install -y softhsm2; fi
 
 ## kube-binaries: build kube-apiserver (and etcd) once into test/kube/.cache.
 kube-binaries:

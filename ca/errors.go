@@ -3,6 +3,8 @@ package ca
 import (
 	"errors"
 	"fmt"
+
+	"github.com/meshid/meshid/ca/keystore"
 )
 
 // Kind classifies a CA error. The gRPC server maps each Kind to one status
@@ -57,8 +59,13 @@ func Errorf(k Kind, format string, args ...any) error {
 	return &Error{Kind: k, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Wrap returns an *Error of kind k with message msg and cause err.
+// Wrap returns an *Error of kind k with message msg and cause err. A cause
+// that is a signing key held outside the process failing (a PKCS#11 module,
+// keystore.ErrKeyUnavailable) is KindUnavailable whatever k says.
 func Wrap(k Kind, err error, msg string) error {
+	if errors.Is(err, keystore.ErrKeyUnavailable) {
+		k = KindUnavailable
+	}
 	return &Error{Kind: k, Msg: msg, Err: err}
 }
 

@@ -183,3 +183,9 @@ func containsCert(list []*x509.Certificate, c *x509.Certificate) bool {
 }
 
 var errMissing = errors.New("missing")
+
+// ErrKeyUnavailable is wrapped by the errors of a signing key held outside
+// the process (a PKCS#11 module) when it cannot sign: the module failed,
+// was finalized, lost its session or token. The CA answers such a request
+// with Unavailable, as for any dependency that is down.
+var ErrKeyUnavailable = errors.New("signing key unavailable")

@@ -52,6 +52,22 @@ const wantFiles = "want ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem, 
 // (tls.crt, tls.key, ca.crt), and validates it at now. Errors name the file
 // at fault.
 func LoadDir(dir string, now time.Time) (*Bundle, error) {
+	return loadDir(dir, nil, now)
+}
+
+// LoadDirSigner is LoadDir for a CA whose private key is held elsewhere (a
+// PKCS#11 module, see ca/keystore/pkcs11): the certificates come from dir
+// and key signs. dir must not hold a key file (ca-key.pem, tls.key), so
+// there is never doubt about which key the CA uses; key must match the
+// signing certificate.
+func LoadDirSigner(dir string, key crypto.Signer, now time.Time) (*Bundle, error) {
+	if key == nil {
+		return nil, errors.New("keystore: no signing key")
+	}
+	return loadDir(dir, key, now)
+}
+
+func loadDir(dir string, key crypto.Signer, now time.Time) (*Bundle, error) {
 	if st, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("keystore: CA directory: %w", err)
 	} else if !st.IsDir() {
@@ -82,7 +98,7 @@ func LoadDir(dir string, now time.Time) (*Bundle, error) {
 	if l.chain != "" {
 		n.chain = filepath.Join(dir, l.chain)
 	}
-	return load(files, l, n, now)
+	return load(files, l, n, key, now)
 }
 
 // LoadFiles is LoadDir for file contents held in memory, keyed by file name
@@ -94,7 +110,7 @@ func LoadFiles(files map[string][]byte, now time.Time) (*Bundle, error) {
 	if !ok {
 		return nil, fmt.Errorf("keystore: no CA files found (%s)", wantFiles)
 	}
-	return load(files, l, names{cert: l.cert, key: l.key, chain: l.chain, roots: l.roots}, now)
+	return load(files, l, names{cert: l.cert, key: l.key, chain: l.chain, roots: l.roots}, nil, now)
 }
 
 func detect(files map[string][]byte) (layout, bool) {
@@ -108,7 +124,9 @@ func detect(files map[string][]byte) (layout, bool) {
 	return layout{}, false
 }
 
-func load(files map[string][]byte, l layout, n names, now time.Time) (*Bundle, error) {
+// load builds a bundle from files; with a non-nil signer the key comes
+// from it and the key file must be absent.
+func load(files map[string][]byte, l layout, n names, signer crypto.Signer, now time.Time) (*Bundle, error) {
 	certData := files[l.cert]
 	if len(certData) == 0 {
 		return nil, fmt.Errorf("keystore: %s: %w", n.cert, errMissing)
@@ -118,12 +136,18 @@ func load(files map[string][]byte, l layout, n names, now time.Time) (*Bundle, e
 		return nil, fmt.Errorf("keystore: %s: %w", n.cert, err)
 	}
 	keyData := files[l.key]
-	if len(keyData) == 0 {
+	key := signer
+	switch {
+	case signer != nil && len(keyData) > 0:
+		return nil, fmt.Errorf("keystore: %s exists but the CA key is %s; remove the key file", n.key, signerName(signer))
+	case signer != nil:
+		n.key = signerName(signer)
+	case len(keyData) == 0:
 		return nil, fmt.Errorf("keystore: %s: %w", n.key, errMissing)
-	}
-	key, err := parseKey(keyData)
-	if err != nil {
-		return nil, fmt.Errorf("keystore: %s: %w", n.key, err)
+	default:
+		if key, err = parseKey(keyData); err != nil {
+			return nil, fmt.Errorf("keystore: %s: %w", n.key, err)
+		}
 	}
 	// Candidates for the intermediates: whatever follows the CA cert in its
 	// own file, then the chain file. Either may repeat the CA cert or hold
@@ -177,6 +201,14 @@ func load(files map[string][]byte, l layout, n names, now time.Time) (*Bundle, e
 	}
 	b.Intermediates = ordered
 	return b, nil
+}
+
+// signerName names a key held outside the files, for errors.
+func signerName(k crypto.Signer) string {
+	if s, ok := k.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return "an external signing key"
 }
 
 // parseKey parses a PEM private key with certs.ParsePrivateKey (PKCS#8,

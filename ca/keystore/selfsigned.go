@@ -1,6 +1,7 @@
 package keystore
 
 import (
+	"crypto"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
@@ -24,6 +25,10 @@ const RootCommonName = "meshid root CA"
 // whose clocks run a little behind accept it at once.
 const rootBackdate = 5 * time.Minute
 
+// LockFile is the file in a state directory that LoadOrCreateSelfSigned
+// locks (flock, exclusive) while it reads or creates the root.
+const LockFile = ".lock"
+
 // SelfSignedConfig configures a self-signed root.
 type SelfSignedConfig struct {
 	Dir         string        // state directory (LoadOrCreateSelfSigned only)
@@ -31,6 +36,11 @@ type SelfSignedConfig struct {
 	KeyType     certs.KeyType // "" = ec-p256
 	TTL         time.Duration // 0 = DefaultRootTTL
 	Clock       clock.Clock   // nil = real clock
+	// Key, when set, is the root's key held outside the process (a PKCS#11
+	// module): the root is made for it, KeyType is ignored, and no
+	// ca-key.pem is ever written; the state directory then keeps only
+	// certificates.
+	Key crypto.Signer
 }
 
 func (cfg SelfSignedConfig) withDefaults() (SelfSignedConfig, error) {
@@ -62,9 +72,11 @@ func NewSelfSignedRoot(cfg SelfSignedConfig) (*Bundle, map[string][]byte, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	key, err := certs.GenerateKey(cfg.KeyType)
-	if err != nil {
-		return nil, nil, fmt.Errorf("keystore: self-signed root: %w", err)
+	key := cfg.Key
+	if key == nil {
+		if key, err = certs.GenerateKey(cfg.KeyType); err != nil {
+			return nil, nil, fmt.Errorf("keystore: self-signed root: %w", err)
+		}
 	}
 	now := cfg.Clock.Now()
 	root, err := certs.NewRootCA(certs.CASpec{
@@ -77,10 +89,6 @@ func NewSelfSignedRoot(cfg SelfSignedConfig) (*Bundle, map[string][]byte, error)
 	if err != nil {
 		return nil, nil, fmt.Errorf("keystore: self-signed root: %w", err)
 	}
-	keyPEM, err := certs.EncodePrivateKey(key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("keystore: self-signed root: %w", err)
-	}
 	b := &Bundle{Cert: root, Key: key, Roots: []*x509.Certificate{root}}
 	if err := b.Validate(now); err != nil {
 		return nil, nil, err
@@ -88,9 +96,15 @@ func NewSelfSignedRoot(cfg SelfSignedConfig) (*Bundle, map[string][]byte, error)
 	certPEM := certs.EncodeCertificates(root)
 	files := map[string][]byte{
 		CACertFile:    certPEM,
-		CAKeyFile:     keyPEM,
 		CertChainFile: certPEM,
 		RootCertFile:  certPEM,
+	}
+	if cfg.Key == nil {
+		keyPEM, err := certs.EncodePrivateKey(key)
+		if err != nil {
+			return nil, nil, fmt.Errorf("keystore: self-signed root: %w", err)
+		}
+		files[CAKeyFile] = keyPEM
 	}
 	return b, files, nil
 }
@@ -102,6 +116,11 @@ func NewSelfSignedRoot(cfg SelfSignedConfig) (*Bundle, map[string][]byte, error)
 // is never replaced: if it cannot be loaded (or its key is readable by
 // others) that is an error. <Dir>/root-cert.pem is always rewritten for
 // clients. A KeyType that differs from the existing root's is ignored.
+//
+// Processes sharing cfg.Dir are serialised by an exclusive flock on
+// <Dir>/.lock: a second meshid starting at the same moment waits for the
+// first to finish creating the root, then loads that same root, so the key
+// and certificates on disk always come from one root.
 func LoadOrCreateSelfSigned(cfg SelfSignedConfig) (*Bundle, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("keystore: self-signed root: state directory is required")
@@ -113,14 +132,24 @@ func LoadOrCreateSelfSigned(cfg SelfSignedConfig) (*Bundle, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("keystore: state directory: %w", err)
 	}
-	keyPath := filepath.Join(cfg.Dir, CAKeyFile)
+	unlock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	// The file written last marks a complete root: ca-key.pem, or
+	// ca-cert.pem when the key is held outside.
+	markPath := filepath.Join(cfg.Dir, CAKeyFile)
+	if cfg.Key != nil {
+		markPath = filepath.Join(cfg.Dir, CACertFile)
+	}
 	var b *Bundle
-	switch st, err := os.Stat(keyPath); {
+	switch st, err := os.Stat(markPath); {
 	case err == nil:
-		if perm := st.Mode().Perm(); perm&0o077 != 0 {
-			return nil, fmt.Errorf("keystore: %s: mode %#o lets others read the CA key; want 0600", keyPath, perm)
+		if perm := st.Mode().Perm(); cfg.Key == nil && perm&0o077 != 0 {
+			return nil, fmt.Errorf("keystore: %s: mode %#o lets others read the CA key; want 0600", markPath, perm)
 		}
-		if b, err = LoadDir(cfg.Dir, cfg.Clock.Now()); err != nil {
+		if b, err = loadDir(cfg.Dir, cfg.Key, cfg.Clock.Now()); err != nil {
 			return nil, err
 		}
 	case errors.Is(err, fs.ErrNotExist):
@@ -128,7 +157,11 @@ func LoadOrCreateSelfSigned(cfg SelfSignedConfig) (*Bundle, error) {
 		if b, files, err = NewSelfSignedRoot(cfg); err != nil {
 			return nil, err
 		}
-		for _, name := range []string{CACertFile, CertChainFile, CAKeyFile} {
+		order := []string{CACertFile, CertChainFile, CAKeyFile}
+		if cfg.Key != nil {
+			order = []string{CertChainFile, CACertFile}
+		}
+		for _, name := range order {
 			perm := os.FileMode(0o644)
 			if name == CAKeyFile {
 				perm = 0o600

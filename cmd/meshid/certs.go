@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 )
@@ -136,6 +137,7 @@ type certsIntermediateFlags struct {
 	cn           string
 	force        bool
 	allowOutlive bool
+	key          string
 }
 
 func newCertsIntermediateCmd() *cobra.Command {
@@ -148,7 +150,12 @@ intermediate, then the root) and DIR/root-cert.pem. The intermediate has
 pathlen 0 and L=<cluster> in its subject, like Istio's tools/certs.
 
 Without --ttl the lifetime is 87600h, shortened to end with the root. An
-explicit --ttl that outlives the root is refused unless --allow-outlive.`,
+explicit --ttl that outlives the root is refused unless --allow-outlive.
+
+With --key pkcs11:token=...;object=...?module-path=...&pin-source=... (an
+RFC 7512 URI) the intermediate's key is created in that PKCS#11 module,
+sensitive and not extractable, and no ca-key.pem is written: run the CA with
+--ca-dir DIR and the same URI as its CA key.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCertsIntermediate(cmd, f) },
 	}
@@ -162,6 +169,7 @@ explicit --ttl that outlives the root is refused unless --allow-outlive.`,
 	fl.StringVar(&f.cn, "cn", "Intermediate CA", "subject common name (CN)")
 	fl.BoolVar(&f.force, "force", false, "overwrite an existing ca-key.pem")
 	fl.BoolVar(&f.allowOutlive, "allow-outlive", false, "allow an explicit --ttl that ends after the root expires")
+	fl.StringVar(&f.key, "key", "", "where to create the intermediate's key: empty = DIR/ca-key.pem; a pkcs11: URI = in that PKCS#11 module (object= names the new key)")
 	for _, n := range []string{"root", "out", "name"} {
 		_ = cmd.MarkFlagRequired(n)
 	}
@@ -202,15 +210,38 @@ func runCertsIntermediate(cmd *cobra.Command, f *certsIntermediateFlags) error {
 				ttl, end.Format(time.RFC3339), root.NotAfter.UTC().Format(time.RFC3339))
 		}
 	}
-	if err := refuseKeyOverwrite(f.out, caFileCAKey, f.force); err != nil {
-		return err
+	var uri *pkcs11.URI
+	switch {
+	case f.key == "":
+		if err := refuseKeyOverwrite(f.out, caFileCAKey, f.force); err != nil {
+			return err
+		}
+	case pkcs11.IsURI(f.key):
+		if uri, err = pkcs11.ParseURI(f.key); err != nil {
+			return fmt.Errorf("certs intermediate: --key: %v", err)
+		}
+		// A module key and a key file in one directory would leave doubt
+		// about which key the CA uses; keystore refuses that layout.
+		if err := refuseKeyOverwrite(f.out, caFileCAKey, false); err != nil {
+			return fmt.Errorf("%v (the key is to be created in the module; remove the file)", err)
+		}
+	default:
+		return fmt.Errorf("certs intermediate: --key %q: want a pkcs11: URI (or no --key for a ca-key.pem file)", f.key)
 	}
 	org := f.org
 	if org == "" && len(root.Subject.Organization) != 0 {
 		org = root.Subject.Organization[0]
 	}
-	key, err := certs.GenerateKey(kt)
-	if err != nil {
+	var key crypto.Signer
+	if uri != nil {
+		hsmKey, err := pkcs11.Generate(pkcs11.Config{URI: uri}, kt)
+		if err != nil {
+			return fmt.Errorf("certs intermediate: %v", err)
+		}
+		defer hsmKey.Close()
+		fmt.Fprintf(cmd.OutOrStdout(), "created %s (%s, not extractable) in token %s\n", hsmKey, kt, uri.Token+uri.Serial)
+		key = hsmKey
+	} else if key, err = certs.GenerateKey(kt); err != nil {
 		return fmt.Errorf("certs intermediate: %v", err)
 	}
 	inter, err := certs.NewIntermediateCA(certs.CASpec{
@@ -223,22 +254,30 @@ func runCertsIntermediate(cmd *cobra.Command, f *certsIntermediateFlags) error {
 	if err != nil {
 		return fmt.Errorf("certs intermediate: %v", err)
 	}
-	keyPEM, err := certs.EncodePrivateKey(key)
-	if err != nil {
-		return fmt.Errorf("certs intermediate: %v", err)
-	}
-	err = writeCAFiles(cmd.OutOrStdout(), f.out, []caFile{
+	files := []caFile{
 		{caFileCACert, certs.EncodeCertificates(inter), 0o644, describeCA(inter)},
 		{caFileCertChain, certs.EncodeCertificates(inter, root), 0o644, "the intermediate, then the root"},
 		{caFileRootCert, certs.EncodeCertificates(roots...), 0o644, fmt.Sprintf("%d root(s)", len(roots))},
-		{caFileCAKey, keyPEM, 0o600, certs.KeyTypeOf(key.Public()) + " private key"},
-	})
-	if err != nil {
+	}
+	if uri == nil {
+		keyPEM, err := certs.EncodePrivateKey(key)
+		if err != nil {
+			return fmt.Errorf("certs intermediate: %v", err)
+		}
+		files = append(files, caFile{caFileCAKey, keyPEM, 0o600, certs.KeyTypeOf(key.Public()) + " private key"})
+	}
+	if err := writeCAFiles(cmd.OutOrStdout(), f.out, files); err != nil {
 		return err
 	}
 	// The directory is what `meshid server --ca-dir` loads: check it the
 	// same way before anyone deploys it.
-	if _, err := keystore.LoadDir(f.out, now); err != nil {
+	load := keystore.LoadDir
+	if uri != nil {
+		load = func(dir string, now time.Time) (*keystore.Bundle, error) {
+			return keystore.LoadDirSigner(dir, key, now)
+		}
+	}
+	if _, err := load(f.out, now); err != nil {
 		return fmt.Errorf("certs intermediate: the written directory does not load as a CA: %v", err)
 	}
 	return nil

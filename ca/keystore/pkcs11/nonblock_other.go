@@ -1,0 +1,5 @@
+//go:build !unix
+
+package pkcs11
+
+const nonblock = 0

@@ -1,0 +1,7 @@
+//go:build unix
+
+package pkcs11
+
+import "syscall"
+
+const nonblock = syscall.O_NONBLOCK

@@ -3,10 +3,14 @@
 // istio.io/api/security/v1alpha1, over gRPC and TLS, so that unmodified
 // Istio agents can use it.
 //
-// A request is handled in this order: the TTL is checked, the caller is
+// Before any request, a connection is admitted under a global and a
+// per-peer-IP limit and must begin a request within a short timeout; its
+// headers are bounded (64 KiB). A request is then handled in this order:
+// the TTL is checked, a token over 16 KiB is refused, the caller is
 // authenticated (bearer token or client certificate, see ca/authn), its
-// per-identity rate limit is applied, the CSR is parsed and its signature
-// checked, and the Authority signs a leaf for the proven identity. Every
+// per-identity rate limit is applied, the CSR is parsed and its key and
+// signature checked, and the Authority signs a leaf for the proven
+// identity, never outliving the client certificate of a renewal. Every
 // error becomes a gRPC status in one place, Code.
 //
 // The serving certificate is signed by the CA itself, kept in memory only,

@@ -14,6 +14,7 @@ type metrics struct {
 	duration  prometheus.Histogram
 	callers   map[string]prometheus.Counter // by authentication method
 	otherAuth prometheus.Counter
+	conns     *connMetrics
 }
 
 var requestCodes = []codes.Code{
@@ -46,10 +47,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.callers[method] = callers.WithLabelValues(method)
 	}
 	m.otherAuth = callers.WithLabelValues("other")
+	conns, connCollectors := newConnMetrics()
+	m.conns = conns
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{requests, callers, m.duration} {
+	for _, c := range append([]prometheus.Collector{requests, callers, m.duration}, connCollectors...) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("server: register metrics: %w", err)
 		}

@@ -36,6 +36,18 @@ const (
 	// 16 MiB let 16 clients with 8 MB authorization headers drive the CA
 	// from 123 MB to 802 MB of memory before authentication.
 	DefaultMaxHeaderListSize = 64 << 10
+	// DefaultMaxConnections bounds the connections open at once (an idle,
+	// handshaken connection holds about 50 KB): 8192.
+	DefaultMaxConnections = 8192
+	// DefaultMaxConnectionsPerIP bounds the connections open at once from
+	// one peer IP address, so that one peer cannot take every slot: 512,
+	// above the pods of one node (a node SNATs its pods' traffic to a
+	// CA outside the cluster).
+	DefaultMaxConnectionsPerIP = 512
+	// DefaultFirstRequestTimeout is how long a new connection may take to
+	// complete its TLS handshake and begin its first request before it is
+	// closed.
+	DefaultFirstRequestTimeout = 10 * time.Second
 	// DefaultServingTTL is the lifetime of the serving certificate; it is
 	// reissued at half of it.
 	DefaultServingTTL = 24 * time.Hour
@@ -69,9 +81,18 @@ type Config struct {
 	// a larger one is Unauthenticated before it is hashed or reviewed.
 	// Default authn.MaxTokenSize (16 KiB), which is also the maximum.
 	MaxTokenSize int
-	Clock        clock.Clock
-	Logger       *slog.Logger          // nil discards logs
-	Registerer   prometheus.Registerer // nil registers no metrics
+	// MaxConnections bounds the connections open at once; a connection
+	// over it is closed at once. Default 8192.
+	MaxConnections int
+	// MaxConnectionsPerIP bounds the connections open at once from one
+	// peer IP address. Default 512.
+	MaxConnectionsPerIP int
+	// FirstRequestTimeout closes a connection that has not begun a request
+	// this long after it was accepted (TLS handshake included). Default 10s.
+	FirstRequestTimeout time.Duration
+	Clock               clock.Clock
+	Logger              *slog.Logger          // nil discards logs
+	Registerer          prometheus.Registerer // nil registers no metrics
 }
 
 // Server is the CA's gRPC endpoint.
@@ -86,6 +107,7 @@ type Server struct {
 	serving   *servingCerts
 	limiters  *limiters // nil when unlimited
 	maxToken  int
+	conns     *connLimiter
 	metrics   *metrics
 	pem       pemCache
 	grpcOpts  []grpc.ServerOption
@@ -126,6 +148,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxHeaderListSize > DefaultMaxHeaderListSize {
 		return nil, fmt.Errorf("server: header list size %d is over the %d KiB maximum", cfg.MaxHeaderListSize, DefaultMaxHeaderListSize>>10)
 	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.MaxConnectionsPerIP == 0 {
+		cfg.MaxConnectionsPerIP = DefaultMaxConnectionsPerIP
+	}
+	if cfg.FirstRequestTimeout == 0 {
+		cfg.FirstRequestTimeout = DefaultFirstRequestTimeout
+	}
+	if cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0 || cfg.FirstRequestTimeout < 0 {
+		return nil, errors.New("server: connection limits and the first-request timeout must not be negative")
+	}
 	if cfg.MaxTokenSize == 0 {
 		cfg.MaxTokenSize = authn.MaxTokenSize
 	}
@@ -150,6 +184,7 @@ func New(cfg Config) (*Server, error) {
 		maxToken:  cfg.MaxTokenSize,
 		metrics:   m,
 	}
+	s.conns = newConnLimiter(cfg.MaxConnections, cfg.MaxConnectionsPerIP, cfg.FirstRequestTimeout, clk, m.conns)
 	if cfg.RateLimit > 0 {
 		burst := cfg.RateBurst
 		if burst == 0 {
@@ -164,6 +199,7 @@ func New(cfg Config) (*Server, error) {
 		grpc.Creds(credentials.NewTLS(s.serving.tlsConfig())),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.MaxHeaderListSize(cfg.MaxHeaderListSize),
+		grpc.StatsHandler(connStats{s.conns}),
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		// Reuse handler goroutines: a request's crypto grows a fresh
 		// goroutine's stack several times (newstack/copystack was ~5% of
@@ -171,7 +207,7 @@ func New(cfg Config) (*Server, error) {
 		// grown stack. When every worker is busy (a handler waiting on
 		// the Kubernetes API), gRPC starts a goroutine as before.
 		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
-		grpc.ConnectionTimeout(10 * time.Second),
+		grpc.ConnectionTimeout(cfg.FirstRequestTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             10 * time.Second,
 			PermitWithoutStream: true,
@@ -242,7 +278,7 @@ func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	s.serveStarted.Store(true)
 	defer s.serveStarted.Store(false)
-	go func() { errc <- s.grpc.Serve(ln) }()
+	go func() { errc <- s.grpc.Serve(s.conns.listener(ln)) }()
 	var prune clock.Timer
 	var pruneC <-chan time.Time
 	if s.limiters != nil {

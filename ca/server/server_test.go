@@ -364,6 +364,9 @@ func TestConfigErrors(t *testing.T) {
 		{"header list over 64 KiB", func(c *server.Config) { c.MaxHeaderListSize = server.DefaultMaxHeaderListSize + 1 }},
 		{"token limit over 16 KiB", func(c *server.Config) { c.MaxTokenSize = authn.MaxTokenSize + 1 }},
 		{"negative token limit", func(c *server.Config) { c.MaxTokenSize = -1 }},
+		{"negative connection limit", func(c *server.Config) { c.MaxConnections = -1 }},
+		{"negative per-IP connection limit", func(c *server.Config) { c.MaxConnectionsPerIP = -1 }},
+		{"negative first-request timeout", func(c *server.Config) { c.FirstRequestTimeout = -time.Second }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -66,8 +66,11 @@ func newWorld(t *testing.T, fake bool) *world {
 		Issuer:    w.issuer.Issuer(),
 		Audiences: []string{"istio-ca"},
 		JWKSFile:  filepath.Join(w.dir, devissuer.JWKSFile),
-		Clock:     w.clock,
-		Logger:    discard,
+		// startAgent's tokens live 30 days, so that the fake clock can run
+		// through rotations without a kubelet refreshing them.
+		MaxTokenLifetime: agentTokenTTL,
+		Clock:            w.clock,
+		Logger:           discard,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -122,13 +125,16 @@ type agent struct {
 	sds     secretv3.SecretDiscoveryServiceClient
 }
 
+// agentTokenTTL is the lifetime of the tokens startAgent mints.
+const agentTokenTTL = 30 * 24 * time.Hour
+
 // startAgent runs an agent for namespace/serviceAccount against the CA at
 // caAddr, with a token from the world's issuer. ttl is the requested
 // certificate lifetime.
 func (w *world) startAgent(t *testing.T, caAddr, namespace, serviceAccount string, ttl time.Duration) *agent {
 	t.Helper()
 	name := namespace + "-" + serviceAccount
-	tok, err := w.issuer.Mint(namespace, serviceAccount, []string{"istio-ca"}, 30*24*time.Hour, w.clock.Now())
+	tok, err := w.issuer.Mint(namespace, serviceAccount, []string{"istio-ca"}, agentTokenTTL, w.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,206 @@
+package server
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/stats"
+
+	"github.com/meshid/meshid/internal/clock"
+)
+
+// Connection limits (issue 9, hole 10): 4,000 idle, handshaken connections
+// held 200 MB of the CA. connLimiter bounds the connections open at once,
+// in all and per peer IP, and closes a connection that has not begun a
+// request within the first-request timeout (which includes its TLS
+// handshake).
+//
+// netutil.LimitListener is not used: it blocks Accept at the limit, so
+// excess connections queue in the kernel and a client whose connection is
+// finally accepted may find it stale; and it has no per-IP limit, so one
+// peer can take every slot. Here an excess connection is closed at once,
+// and the client sees Unavailable and retries with its backoff.
+type connLimiter struct {
+	max, perIP   int
+	firstRequest time.Duration
+	clock        clock.Clock
+	metrics      *connMetrics
+
+	mu    sync.Mutex
+	total int
+	byIP  map[string]int
+	conns map[string]*trackedConn // by remote address, for the stats handler
+}
+
+type connMetrics struct {
+	open    prometheus.Gauge
+	refused map[string]prometheus.Counter // by reason
+}
+
+// Reasons a connection is refused or closed, the values of the reason
+// label of meshid_ca_connections_refused_total.
+const (
+	refusedGlobal       = "limit"
+	refusedPerIP        = "per_ip_limit"
+	refusedFirstRequest = "first_request_timeout"
+)
+
+func newConnMetrics() (*connMetrics, []prometheus.Collector) {
+	open := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "meshid_ca_connections_open",
+		Help: "Connections to the CA's gRPC endpoint open now.",
+	})
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshid_ca_connections_refused_total",
+		Help: "Connections to the CA's gRPC endpoint closed by a limit: limit (all connections), per_ip_limit, first_request_timeout.",
+	}, []string{"reason"})
+	m := &connMetrics{open: open, refused: map[string]prometheus.Counter{}}
+	for _, r := range []string{refusedGlobal, refusedPerIP, refusedFirstRequest} {
+		m.refused[r] = refused.WithLabelValues(r)
+	}
+	return m, []prometheus.Collector{open, refused}
+}
+
+func newConnLimiter(max, perIP int, firstRequest time.Duration, clk clock.Clock, m *connMetrics) *connLimiter {
+	return &connLimiter{max: max, perIP: perIP, firstRequest: firstRequest, clock: clk, metrics: m, byIP: map[string]int{}, conns: map[string]*trackedConn{}}
+}
+
+// admit takes a slot for a connection from ip, or says which limit is full.
+func (l *connLimiter) admit(ip string) (reason string, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.total >= l.max:
+		return refusedGlobal, false
+	case l.byIP[ip] >= l.perIP:
+		return refusedPerIP, false
+	}
+	l.total++
+	l.byIP[ip]++
+	l.metrics.open.Inc()
+	return "", true
+}
+
+func (l *connLimiter) release(c *trackedConn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.total--
+	if l.byIP[c.ip]--; l.byIP[c.ip] <= 0 {
+		delete(l.byIP, c.ip)
+	}
+	if l.conns[c.key] == c {
+		delete(l.conns, c.key)
+	}
+	l.metrics.open.Dec()
+}
+
+// listener wraps ln so that every accepted connection is admitted by l.
+func (l *connLimiter) listener(ln net.Listener) net.Listener {
+	return &limitListener{Listener: ln, l: l}
+}
+
+type limitListener struct {
+	net.Listener
+	l *connLimiter
+}
+
+func (ll *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := ll.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ip := peerIP(c.RemoteAddr())
+		if reason, ok := ll.l.admit(ip); !ok {
+			ll.l.metrics.refused[reason].Inc()
+			c.Close()
+			continue
+		}
+		tc := &trackedConn{Conn: c, l: ll.l, ip: ip, key: c.RemoteAddr().String(), served: make(chan struct{}), closed: make(chan struct{})}
+		ll.l.mu.Lock()
+		ll.l.conns[tc.key] = tc
+		ll.l.mu.Unlock()
+		timer := ll.l.clock.NewTimer(ll.l.firstRequest)
+		go tc.watch(timer)
+		return tc, nil
+	}
+}
+
+func peerIP(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
+
+// trackedConn is an admitted connection.
+type trackedConn struct {
+	net.Conn
+	l       *connLimiter
+	ip, key string
+
+	serveOnce sync.Once
+	served    chan struct{} // closed at its first request
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// watch closes the connection when timer fires before its first request.
+func (c *trackedConn) watch(timer clock.Timer) {
+	defer timer.Stop()
+	select {
+	case <-timer.C():
+		select {
+		case <-c.served:
+		case <-c.closed:
+		default:
+			c.l.metrics.refused[refusedFirstRequest].Inc()
+			c.Close()
+		}
+	case <-c.served:
+	case <-c.closed:
+	}
+}
+
+func (c *trackedConn) Close() error {
+	c.closeOnce.Do(func() {
+		c.l.release(c)
+		close(c.closed)
+	})
+	return c.Conn.Close()
+}
+
+func (c *trackedConn) markServed() { c.serveOnce.Do(func() { close(c.served) }) }
+
+// connStats is the gRPC stats handler that tells the limiter when a
+// connection begins its first request.
+type connStats struct{ l *connLimiter }
+
+type connKey struct{}
+
+func (h connStats) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	h.l.mu.Lock()
+	c := h.l.conns[info.RemoteAddr.String()]
+	h.l.mu.Unlock()
+	if c == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+func (h connStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	if c, ok := ctx.Value(connKey{}).(*trackedConn); ok {
+		c.markServed()
+	}
+	return ctx
+}
+
+func (connStats) HandleConn(context.Context, stats.ConnStats) {}
+func (connStats) HandleRPC(context.Context, stats.RPCStats)   {}

@@ -1,0 +1,131 @@
+package server_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	securityv1alpha1 "istio.io/api/security/v1alpha1"
+
+	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
+)
+
+// clientFrom dials the CA from the local address ip (any 127.0.0.0/8
+// address is the loopback on Linux), so that tests can be several peers.
+func (e *env) clientFrom(t *testing.T, ip string) (securityv1alpha1.IstioCertificateServiceClient, *grpc.ClientConn) {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	conn, err := grpc.NewClient(e.addr,
+		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: e.pool(), ServerName: "localhost"})),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return securityv1alpha1.NewIstioCertificateServiceClient(conn), conn
+}
+
+// TestConnectionLimits reproduces issue 9, hole 10 with real clients: one
+// peer opening connection after connection. With a per-IP limit of 2 and
+// a global limit of 3, the third connection from one address is refused
+// (the client sees Unavailable), another address still gets in until the
+// global limit, and a closed connection frees its slot. On b96f7b0 every
+// connection was accepted (4,000 idle ones held 200 MB).
+func TestConnectionLimits(t *testing.T) {
+	e := newEnv(t, envOpts{cfg: func(c *server.Config) {
+		c.MaxConnectionsPerIP = 2
+		c.MaxConnections = 3
+	}})
+	csr := csrFor(t, testkit.Key(t, certs.ECP256), sid("shop", "cart"), nil)
+	call := func(c securityv1alpha1.IstioCertificateServiceClient, opts ...grpc.CallOption) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := c.CreateCertificate(withToken(ctx, e.token(t, "shop", "cart")), &securityv1alpha1.IstioCertificateRequest{Csr: csr}, opts...)
+		return err
+	}
+	c1, conn1 := e.clientFrom(t, "127.0.0.1")
+	c2, _ := e.clientFrom(t, "127.0.0.1")
+	for i, c := range []securityv1alpha1.IstioCertificateServiceClient{c1, c2} {
+		if err := call(c); err != nil {
+			t.Fatalf("connection %d within the limits: %v", i+1, err)
+		}
+	}
+	c3, _ := e.clientFrom(t, "127.0.0.1")
+	if err := call(c3); status.Code(err) != codes.Unavailable {
+		t.Fatalf("third connection from one IP: %v, want Unavailable", err)
+	}
+	if n := testkit.Metric(t, e.reg, "meshid_ca_connections_refused_total", "reason", "per_ip_limit"); n < 1 {
+		t.Fatalf("per_ip_limit refusals = %v", n)
+	}
+	c4, _ := e.clientFrom(t, "127.0.0.2")
+	if err := call(c4); err != nil {
+		t.Fatalf("another peer within the global limit: %v", err)
+	}
+	c5, _ := e.clientFrom(t, "127.0.0.3")
+	if err := call(c5); status.Code(err) != codes.Unavailable {
+		t.Fatalf("fourth connection in all: %v, want Unavailable", err)
+	}
+	if n := testkit.Metric(t, e.reg, "meshid_ca_connections_refused_total", "reason", "limit"); n < 1 {
+		t.Fatalf("limit refusals = %v", n)
+	}
+	if n := testkit.Metric(t, e.reg, "meshid_ca_connections_open"); n != 3 {
+		t.Fatalf("open connections = %v, want 3", n)
+	}
+	// A closed connection frees its slot: the refused client, waiting
+	// for readiness, gets in through gRPC's own reconnection backoff.
+	conn1.Close()
+	if err := call(c3, grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("after a connection closed: %v", err)
+	}
+}
+
+// TestFirstRequestTimeout (issue 9, hole 10): a real gRPC client that
+// connects (TLS and HTTP/2 handshakes done) and then sends no request is
+// disconnected after the first-request timeout, by the injected clock; a
+// client that made a request is not. On b96f7b0 the idle connection stayed
+// open until the 15-minute idle limit (4,000 of them held 200 MB).
+func TestFirstRequestTimeout(t *testing.T) {
+	clk := fakeClock()
+	e := newEnv(t, envOpts{cfg: func(c *server.Config) { c.Clock = clk }})
+	c, used := e.clientFrom(t, "127.0.0.1")
+	csr := csrFor(t, testkit.Key(t, certs.ECP256), sid("shop", "cart"), nil)
+	if _, err := c.CreateCertificate(withToken(context.Background(), e.token(t, "shop", "cart")), &securityv1alpha1.IstioCertificateRequest{Csr: csr}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Safety bounds only: each wait below ends at once when the server
+	// behaves; without them a regression would hang instead of failing.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, idle := e.clientFrom(t, "127.0.0.2")
+	idle.Connect()
+	for s := idle.GetState(); s != connectivity.Ready; s = idle.GetState() {
+		if !idle.WaitForStateChange(ctx, s) {
+			t.Fatalf("idle client never connected (state %v)", s)
+		}
+	}
+	clk.WaitForWaiters(1, ctx.Done())
+	clk.Add(server.DefaultFirstRequestTimeout)
+	if !idle.WaitForStateChange(ctx, connectivity.Ready) {
+		t.Fatal("the connection that sent no request is still open after the first-request timeout")
+	}
+	if n := testkit.Metric(t, e.reg, "meshid_ca_connections_refused_total", "reason", "first_request_timeout"); n < 1 {
+		t.Fatalf("first_request_timeout closes = %v", n)
+	}
+	// The client that made a request keeps its connection.
+	if s := used.GetState(); s != connectivity.Ready {
+		t.Fatalf("the client that made a request is %v, want READY", s)
+	}
+	if _, err := c.CreateCertificate(withToken(context.Background(), e.token(t, "shop", "cart")), &securityv1alpha1.IstioCertificateRequest{Csr: csr}); err != nil {
+		t.Fatal(err)
+	}
+}

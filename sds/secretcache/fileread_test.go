@@ -206,11 +206,18 @@ func TestFileEntriesShareAndFree(t *testing.T) {
 	writeFile(t, pathB, b.certPEM)
 	f := allowIn(t, dir)
 	topics0, files0 := f.m.Held()
+	t.Chdir(dir)
 
+	// The clean spellings of a: absolute, relative, and relative with
+	// Istio's "./". Others are refused by name.
 	names := []string{
 		secretcache.FileRootPrefix + pathA,
-		secretcache.FileRootPrefix + dir + "/./a.pem",
-		secretcache.FileRootPrefix + dir + "//a.pem",
+		secretcache.FileRootPrefix + "a.pem",
+		secretcache.FileRootPrefix + "./a.pem",
+	}
+	for _, n := range []string{dir + "/./a.pem", dir + "//a.pem", "./b/../a.pem", ".//a.pem"} {
+		notFound(t, f.m, secretcache.FileRootPrefix+n)
+		notFound(t, f.m, secretcache.FileCertPrefix+pathA+"~"+n)
 	}
 	var cancels []func()
 	chans := map[string]chan *secretcache.Secret{}

@@ -90,14 +90,16 @@ func TestSubscriptionsFreed(t *testing.T) {
 		t.Fatal(err)
 	}
 	topics0, files0 := m.Held()
-	// Many spellings of one file, absent files, unknown names.
-	var ns, spellings []string
+	t.Chdir(dir)
+	// The clean spellings of one file, absent files, unknown names, and
+	// refused spellings.
+	spellings := []string{secretcache.FileRootPrefix + path, secretcache.FileRootPrefix + "root.pem", secretcache.FileRootPrefix + "./root.pem"}
+	ns := append([]string(nil), spellings...)
 	for i := range 50 {
-		spellings = append(spellings, secretcache.FileRootPrefix+dir+strings.Repeat("/.", i)+"/root.pem")
 		ns = append(ns,
-			spellings[i],
 			secretcache.FileRootPrefix+filepath.Join(dir, fmt.Sprintf("absent-%d.pem", i)),
-			fmt.Sprintf("unknown-%d", i))
+			fmt.Sprintf("unknown-%d", i),
+			secretcache.FileRootPrefix+dir+strings.Repeat("/.", i+1)+"/root.pem")
 	}
 	c := newSotw(t, h.client, nil)
 	c.request(append(ns, dflt)...)
@@ -105,8 +107,8 @@ func TestSubscriptionsFreed(t *testing.T) {
 	if n := sds.CachedNames(h.srv); n != len(ns)+1 {
 		t.Fatalf("cache holds %d names, want %d", n, len(ns)+1)
 	}
-	if topics, files := m.Held(); topics-topics0 != 101 || files-files0 != 51 {
-		t.Fatalf("Manager holds %d topics and %d files, want 101 (default and the file names) and 51 (one file, 50 absent)", topics-topics0, files-files0)
+	if topics, files := m.Held(); topics-topics0 != 54 || files-files0 != 51 {
+		t.Fatalf("Manager holds %d topics and %d files, want 54 (default, 3 spellings, 50 absent files) and 51 (one file, 50 absent)", topics-topics0, files-files0)
 	}
 	c.request(dflt)
 	waitFor(t, "the unsubscribed names to be freed", func() bool {

@@ -59,15 +59,19 @@ func (g gatedSigner) Sign(ctx context.Context, csr *x509.CertificateRequest, ttl
 func TestShutdownWhateverClientsDo(t *testing.T) {
 	p := newPKI(t, nil)
 	dir := t.TempDir()
-	// A bundle of 300 roots (about 200 KiB), asked for under 100
-	// spellings by a client that never reads: the server's sends block
-	// on flow control.
+	// 20 bundles of 300 roots (about 200 KiB each), asked for by clients
+	// that never read: the server's sends block on flow control.
 	var bundle []*x509.Certificate
 	for range 300 {
 		bundle = append(bundle, p.roots()...)
 	}
-	if err := certs.WriteFileAtomic(filepath.Join(dir, "bundle.pem"), certs.EncodeCertificates(bundle...), 0o600); err != nil {
-		t.Fatal(err)
+	var bundles []string
+	for i := range 20 {
+		path := filepath.Join(dir, fmt.Sprintf("bundle-%d.pem", i))
+		if err := certs.WriteFileAtomic(path, certs.EncodeCertificates(bundle...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		bundles = append(bundles, secretcache.FileRootPrefix+path)
 	}
 	if err := syscall.Mkfifo(filepath.Join(dir, "fifo.pem"), 0o600); err != nil {
 		t.Fatal(err)
@@ -83,13 +87,9 @@ func TestShutdownWhateverClientsDo(t *testing.T) {
 	socket, cancel, done := runServer(t, sds.Config{Source: m, Logger: logs.Logger()})
 	client := secretv3.NewSecretDiscoveryServiceClient(dial(t, socket))
 
-	var spellings []string
-	for i := range 100 {
-		spellings = append(spellings, secretcache.FileRootPrefix+dir+strings.Repeat("/.", i)+"/bundle.pem")
-	}
 	for i := range 5 {
 		s := newSotw(t, client, nil) // never reads
-		s.request(append(spellings, secretcache.FileRootPrefix+filepath.Join(dir, "fifo.pem"))...)
+		s.request(append(bundles, secretcache.FileRootPrefix+filepath.Join(dir, "fifo.pem"))...)
 		w := newSotw(t, client, nil) // waits for default
 		w.request(dflt)
 		d := newDelta(t, client, nil)
@@ -105,11 +105,21 @@ func TestShutdownWhateverClientsDo(t *testing.T) {
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("Run: %v", err)
+			t.Fatalf("Run: %v; goroutines of ours:\n%s", err, ourStacks())
 		}
 	case <-ctx.Done():
-		t.Fatalf("Run did not return within %v of its context's end", sds.DefaultShutdownTimeout)
+		t.Fatalf("Run did not return within %v of its context's end; goroutines of ours:\n%s", sds.DefaultShutdownTimeout, ourStacks())
 	}
+}
+
+func ourStacks() string {
+	var ours []string
+	for _, g := range goroutineStacks() {
+		if strings.Contains(g, "meshid/sds.") {
+			ours = append(ours, g)
+		}
+	}
+	return strings.Join(ours, "\n\n")
 }
 
 // stuckSource never answers Secret, whatever its context says: a handler

@@ -99,6 +99,11 @@ func (s *stream) subscribe(names []string, install func([]*sub)) {
 	s.mu.Unlock()
 	ctx := s.gs.Context()
 	for _, sb := range subs {
+		// A stream that ended (the client left, or Stop closed it) fetches
+		// no further: shutdown does not wait for a long subscription list.
+		if ctx.Err() != nil {
+			return
+		}
 		sb.fetch(ctx)
 	}
 }

@@ -12,6 +12,13 @@
 // callbacks registered with Watch, which the SDS server turns into pushes to
 // the streams that asked for the name.
 //
+// File resources are read only from Config.FileSecretDirs (regular files,
+// at most Config.MaxFileSecretSize bytes, no symbolic link out of the
+// directory); a file that is absent or refused is ErrUnknownResource, the
+// same error either way. A watched file is one entry however its name is
+// spelled, read once per change and freed, with its topic, on the last
+// cancel of its Watches.
+//
 // All timing comes from the injected clock, so tests drive rotation, backoff
 // and expiry with a fake clock.
 package secretcache

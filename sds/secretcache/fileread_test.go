@@ -3,6 +3,8 @@ package secretcache_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -206,11 +208,18 @@ func TestFileEntriesShareAndFree(t *testing.T) {
 	writeFile(t, pathB, b.certPEM)
 	f := allowIn(t, dir)
 	topics0, files0 := f.m.Held()
+	t.Chdir(dir)
 
+	// The clean spellings of a: absolute, relative, and relative with
+	// Istio's "./". Others are refused by name.
 	names := []string{
 		secretcache.FileRootPrefix + pathA,
-		secretcache.FileRootPrefix + dir + "/./a.pem",
-		secretcache.FileRootPrefix + dir + "//a.pem",
+		secretcache.FileRootPrefix + "a.pem",
+		secretcache.FileRootPrefix + "./a.pem",
+	}
+	for _, n := range []string{dir + "/./a.pem", dir + "//a.pem", "./b/../a.pem", ".//a.pem"} {
+		notFound(t, f.m, secretcache.FileRootPrefix+n)
+		notFound(t, f.m, secretcache.FileCertPrefix+pathA+"~"+n)
 	}
 	var cancels []func()
 	chans := map[string]chan *secretcache.Secret{}
@@ -267,4 +276,41 @@ func TestFileEntriesShareAndFree(t *testing.T) {
 		t.Fatal("b was pushed although it never changed to valid content")
 	}
 
+}
+
+// warnOnly passes on records at Warn and above.
+type warnOnly struct{ h slog.Handler }
+
+func (w warnOnly) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w warnOnly) Handle(ctx context.Context, r slog.Record) error {
+	return w.h.Handle(ctx, r)
+}
+func (w warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{w.h.WithAttrs(as)} }
+func (w warnOnly) WithGroup(g string) slog.Handler       { return warnOnly{w.h.WithGroup(g)} }
+
+// The attack: names in directories that do not exist, each of which made
+// a warning that its directory cannot be watched. No warning for those.
+func TestAbsentDirectoriesDoNotFloodTheLog(t *testing.T) {
+	dir := t.TempDir()
+	warns := testkit.NewLogRecorder()
+	f := newFixture(t, func(c *secretcache.Config) {
+		c.FileSecretDirs = []string{dir}
+		c.Logger = slog.New(warnOnly{warns})
+	})
+	f.run(t)
+	p := newPair(t, "root")
+	writeFile(t, filepath.Join(dir, "root.pem"), p.certPEM)
+	for i := range 100 {
+		watch(t, f.m, secretcache.FileRootPrefix+filepath.Join(dir, fmt.Sprintf("no-such-%d", i), "x.pem"))
+	}
+	// A watched file that exists is a sync point: its directory is
+	// watched after the others were tried.
+	ch := watch(t, f.m, secretcache.FileRootPrefix+filepath.Join(dir, "root.pem"))
+	mustSecret(t, f.m, secretcache.FileRootPrefix+filepath.Join(dir, "root.pem"))
+	receive(t, ch, "first load")
+	writeFile(t, filepath.Join(dir, "root.pem"), newPair(t, "next").certPEM)
+	receive(t, ch, "change")
+	if n := warns.CountContaining("cannot watch directory"); n != 0 {
+		t.Fatalf("%d warnings for absent directories:\n%s", n, warns.All())
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -151,7 +153,14 @@ func (m *Manager) watchDirLocked(dir string) {
 	}
 	if err := m.watcher.Add(dir); err != nil {
 		m.metrics.fileFailures.Inc()
-		m.log.Warn("cannot watch directory; changes to its files will not be pushed", "dir", dir, "error", err)
+		// A directory that does not exist is what any client can name
+		// (file-root:/etc/certs/no-such/x.pem): not worth a warning per
+		// name, which would let it flood the log.
+		level := slog.LevelWarn
+		if errors.Is(err, fs.ErrNotExist) {
+			level = slog.LevelDebug
+		}
+		m.log.Log(context.Background(), level, "cannot watch directory; changes to its files will not be pushed", "dir", dir, "error", err)
 		return
 	}
 	m.watched[dir] = true

@@ -122,6 +122,17 @@ type parsedName struct {
 	keyPath  string // file-cert only
 }
 
+// clean reports whether a file name's path is spelled cleanly: as
+// filepath.Clean spells it, or that with "./" in front (Istio's
+// "./etc/certs/..."). Other spellings ("a//b", "a/./b", "a/../b") are
+// refused, by name alone: each spelling is a resource of its own, with its
+// own encoded copy of the file, so free spellings would let one client
+// multiply the memory a large file costs.
+func clean(p string) bool {
+	c := filepath.Clean(p)
+	return p == c || p == "./"+c
+}
+
 // parseName classifies name and, for file names, extracts the paths.
 func parseName(name string) (parsedName, error) {
 	switch {
@@ -131,6 +142,9 @@ func parseName(name string) (parsedName, error) {
 		return parsedName{kind: kindRoot}, nil
 	case strings.HasPrefix(name, FileCertPrefix):
 		cert, key, ok := strings.Cut(strings.TrimPrefix(name, FileCertPrefix), "~")
+		if ok && cert != "" && key != "" && (!clean(cert) || !clean(key)) {
+			return parsedName{}, fileNotFound(name)
+		}
 		if !ok || cert == "" || key == "" || strings.Contains(key, "~") {
 			return parsedName{}, fmt.Errorf("%w %q: want file-cert:<cert-path>~<key-path>", ErrUnknownResource, name)
 		}
@@ -145,6 +159,9 @@ func parseName(name string) (parsedName, error) {
 		return parsedName{kind: kindFileCert, certPath: cp, keyPath: kp}, nil
 	case strings.HasPrefix(name, FileRootPrefix):
 		p := strings.TrimPrefix(name, FileRootPrefix)
+		if p != "" && !clean(p) {
+			return parsedName{}, fileNotFound(name)
+		}
 		if p == "" {
 			return parsedName{}, fmt.Errorf("%w %q: want file-root:<path>", ErrUnknownResource, name)
 		}

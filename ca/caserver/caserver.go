@@ -60,6 +60,8 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	switch {
+	case cfg.Bundle != nil:
+		return s, s.build(cfg.Bundle)
 	case cfg.CADir != "":
 		b, err := keystore.LoadDir(cfg.CADir, cfg.Clock.Now())
 		if err != nil {
@@ -73,7 +75,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("caserver: KubeCASecret needs a Kubernetes client (--kubeconfig or in-cluster config)")
 	default:
 		b, err := keystore.LoadOrCreateSelfSigned(keystore.SelfSignedConfig{
-			Dir: cfg.StateDir, TrustDomain: cfg.TrustDomain.Name(), KeyType: cfg.RootKeyType,
+			Dir: cfg.StateDir, TrustDomain: cfg.TrustDomain.Name(), KeyType: cfg.RootKeyType, Clock: cfg.Clock,
 		})
 		if err != nil {
 			return nil, err
@@ -109,6 +111,7 @@ func (s *Server) build(b *keystore.Bundle) error {
 		ServingDNS:    cfg.ServingDNS,
 		ServingTTL:    cfg.ServingTTL,
 		RateLimit:     cfg.RateLimit,
+		RateBurst:     cfg.RateBurst,
 		Clock:         cfg.Clock,
 		Logger:        cfg.Logger,
 		Registerer:    cfg.Registerer,

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 )
@@ -36,6 +37,9 @@ type Config struct {
 	Listen string
 	// TrustDomain of issued identities.
 	TrustDomain spiffeid.TrustDomain
+	// Bundle, when set, is the CA material itself (embedding, tests);
+	// CADir, StateDir and KubeCASecret are then not used.
+	Bundle *keystore.Bundle
 	// CADir is a plugged-in CA directory (ca-cert.pem ca-key.pem
 	// cert-chain.pem root-cert.pem, or tls.crt tls.key ca.crt). Empty means
 	// a self-signed root in StateDir, or the Kubernetes Secret with
@@ -56,8 +60,10 @@ type Config struct {
 	// ServingDNS are extra DNS SANs of the serving certificate.
 	ServingDNS []string
 	// RateLimit is per-caller CreateCertificate requests per second; 0 is
-	// unlimited (no default applied).
+	// unlimited (no default applied). RateBurst is the per-caller burst;
+	// 0 is ca/server's default (RateLimit rounded up).
 	RateLimit float64
+	RateBurst int
 
 	// Kubeconfig is the kubeconfig of the TokenReview client. Empty means
 	// the in-cluster config when running in a pod, else no client.
@@ -124,7 +130,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.DefaultTTL < 0 || cfg.MaxTTL < 0 || cfg.ServingTTL < 0 {
 		return cfg, errors.New("caserver: negative TTL")
 	}
-	if cfg.RateLimit < 0 {
+	if cfg.RateLimit < 0 || cfg.RateBurst < 0 {
 		return cfg, errors.New("caserver: negative rate limit")
 	}
 	if len(cfg.TokenAudiences) == 0 {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -23,7 +24,7 @@ import (
 // Agent is an assembled node agent.
 type Agent struct {
 	log     *slog.Logger
-	client  *caclient.Client
+	client  *caclient.Client // nil with Config.Signer
 	cache   *secretcache.Manager
 	sds     *sds.Server
 	monitor *monitor.Server // nil when disabled
@@ -36,17 +37,44 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	roots := cfg.CARoots
-	if len(roots) == 0 {
-		if roots, err = readRoots(cfg.CARootFile); err != nil {
-			return nil, err
-		}
+	if cfg, err = cfg.withMetrics(); err != nil {
+		return nil, err
 	}
 	id, err := identity(cfg)
 	if err != nil {
 		return nil, err
 	}
-	client, err := caclient.New(caclient.Config{
+	signer, client := cfg.Signer, (*caclient.Client)(nil)
+	if signer == nil {
+		if client, err = newClient(cfg); err != nil {
+			return nil, err
+		}
+		signer = client
+	}
+	a, err := assemble(cfg, signer, id)
+	if err != nil {
+		if client != nil {
+			client.Close()
+		}
+		return nil, err
+	}
+	a.client = client
+	return a, nil
+}
+
+// newClient is the CA client of cfg.
+func newClient(cfg Config) (*caclient.Client, error) {
+	roots := cfg.CARoots
+	if len(roots) == 0 {
+		if cfg.CARootFile == "" {
+			return nil, errors.New("--ca-root is required: the agent only talks to a CA it can verify")
+		}
+		var err error
+		if roots, err = readRoots(cfg.CARootFile); err != nil {
+			return nil, err
+		}
+	}
+	return caclient.New(caclient.Config{
 		Addr:       cfg.CAAddr,
 		Roots:      roots,
 		TokenFile:  cfg.TokenFile,
@@ -55,21 +83,16 @@ func New(cfg Config) (*Agent, error) {
 		Logger:     cfg.Logger,
 		Registerer: cfg.Registerer,
 	})
-	if err != nil {
-		return nil, err
-	}
-	a, err := assemble(cfg, client, id)
-	if err != nil {
-		client.Close()
-		return nil, err
-	}
-	return a, nil
 }
 
 // assemble builds the SecretManager, the SDS server and monitoring on
-// client.
-func assemble(cfg Config, client *caclient.Client, id spiffeid.ID) (*Agent, error) {
-	cache, err := secretcache.New(managerConfig(cfg, client, id))
+// signer.
+func assemble(cfg Config, signer secretcache.Signer, id spiffeid.ID) (*Agent, error) {
+	mcfg, err := cfg.ManagerConfig(signer, id)
+	if err != nil {
+		return nil, err
+	}
+	cache, err := secretcache.New(mcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +111,7 @@ func assemble(cfg Config, client *caclient.Client, id spiffeid.ID) (*Agent, erro
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{log: cfg.Logger, client: client, cache: cache, sds: srv}
+	a := &Agent{log: cfg.Logger, cache: cache, sds: srv}
 	if cfg.MonitoringListen != "" {
 		a.monitor, err = monitor.New(monitor.Config{
 			Listen:   cfg.MonitoringListen,
@@ -102,22 +125,6 @@ func assemble(cfg Config, client *caclient.Client, id spiffeid.ID) (*Agent, erro
 		}
 	}
 	return a, nil
-}
-
-// managerConfig is the SecretManager's configuration from cfg (defaults
-// applied).
-func managerConfig(cfg Config, signer secretcache.Signer, id spiffeid.ID) secretcache.Config {
-	return secretcache.Config{
-		Signer:     signer,
-		ID:         id,
-		KeyType:    cfg.KeyType,
-		TTL:        cfg.CertTTL,
-		GraceRatio: cfg.GraceRatio,
-		Jitter:     cfg.Jitter,
-		Clock:      cfg.Clock,
-		Logger:     cfg.Logger,
-		Registerer: cfg.Registerer,
-	}
 }
 
 func readRoots(path string) ([]*x509.Certificate, error) {
@@ -199,7 +206,9 @@ func (a *Agent) RotateHandler() http.Handler {
 // Run serves until ctx ends or a component fails, and closes the CA
 // client.
 func (a *Agent) Run(ctx context.Context) error {
-	defer a.client.Close()
+	if a.client != nil {
+		defer a.client.Close()
+	}
 	if err := a.Listen(); err != nil {
 		return err
 	}

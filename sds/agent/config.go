@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/sds/secretcache"
 )
 
 // Defaults of a Config: the flag defaults of `meshid agent`.
@@ -35,6 +36,10 @@ const NoJitter = -1
 type Config struct {
 	// CAAddr is the address of the CA's CreateCertificate API.
 	CAAddr string
+	// Signer, when set, obtains the certificates instead of a CA client on
+	// CAAddr (embedding, tests): the CA* fields and ClusterID are then not
+	// used.
+	Signer secretcache.Signer
 	// CARoots verify the CA's serving certificate; when empty they are
 	// read from CARootFile (PEM). One of them is required: the agent only
 	// talks to a CA it can verify.
@@ -108,13 +113,15 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.TrustDomain.IsZero() {
 		cfg.TrustDomain = spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
 	}
-	if len(cfg.CARoots) == 0 && cfg.CARootFile == "" {
-		return cfg, errors.New("agent: the CA roots (--ca-root) are required: the agent only talks to a CA it can verify")
-	}
 	cfg.Clock = clock.OrReal(cfg.Clock)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	return cfg, nil
+}
+
+// withMetrics returns cfg with its Registerer and Gatherer defaults.
+func (cfg Config) withMetrics() (Config, error) {
 	if cfg.Registerer == nil {
 		reg := prometheus.NewRegistry()
 		cfg.Registerer = reg
@@ -130,4 +137,26 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Gatherer = g
 	}
 	return cfg, nil
+}
+
+// ManagerConfig is the SecretManager's configuration the agent runs with
+// cfg: its defaults applied, signer and id as given. Tests that run many
+// SecretManagers without the rest of the agent (test/storm) build them
+// with it.
+func (cfg Config) ManagerConfig(signer secretcache.Signer, id spiffeid.ID) (secretcache.Config, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return secretcache.Config{}, err
+	}
+	return secretcache.Config{
+		Signer:     signer,
+		ID:         id,
+		KeyType:    cfg.KeyType,
+		TTL:        cfg.CertTTL,
+		GraceRatio: cfg.GraceRatio,
+		Jitter:     cfg.Jitter,
+		Clock:      cfg.Clock,
+		Logger:     cfg.Logger,
+		Registerer: cfg.Registerer,
+	}, nil
 }

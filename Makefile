@@ -2,6 +2,7 @@
 # fresh machine needs.
 GO       ?= go
 BIN      := bin/meshid
+AGENTBIN := bin/meshid-agent
 STATE    ?= ./.meshid-dev
 PKGS     := ./...
 
@@ -9,8 +10,10 @@ PKGS     := ./...
 
 all: build
 
+## build: the full CLI (bin/meshid) and the lean sidecar agent (bin/meshid-agent).
 build:
 	$(GO) build -o $(BIN) ./cmd/meshid
+	$(GO) build -o $(AGENTBIN) ./cmd/meshid-agent
 
 ## run: the CA and the agent together on the embedded default (no cluster).
 run: build

@@ -34,10 +34,12 @@ kube-binaries:
 test-kube: kube-binaries
 	cd test/kube && GOFLAGS=-mod=mod $(GO) test -count=1 -timeout 30m ./...
 
-## bench: Go benchmarks and a short load run against `meshid dev`.
+## bench: Go benchmarks and a short load run against `meshid dev`, with the
+## load tool bin/meshid-bench (not a production binary: it links the charts).
 bench: build
+	$(GO) build -o bin/meshid-bench ./cmd/meshid-bench
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
-	BIN=$(BIN) bash scripts/bench.sh
+	BIN=$(BIN) BENCHBIN=bin/meshid-bench bash scripts/bench.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

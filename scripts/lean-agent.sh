@@ -2,11 +2,13 @@
 # Measures the lean agent against the full CLI's agent: binary size,
 # packages linked, and idle RSS after the first certificate, each agent a
 # real process against a real `meshid server` (docs/benchmarks.md, "Lean
-# agent"). Usage: make build && bash scripts/lean-agent.sh [idle seconds]
+# agent"), then the lean agent's RSS with STREAMS (1000) SDS streams open.
+# Usage: make build && bash scripts/lean-agent.sh [idle seconds]
 set -euo pipefail
 IDLE=${1:-10}
 BIN=${BIN:-bin/meshid}
 AGENTBIN=${AGENTBIN:-bin/meshid-agent}
+BENCHBIN=${BENCHBIN:-bin/meshid-bench}
 DIR=$(mktemp -d /tmp/meshid-lean.XXXXXX)
 PORT=${PORT:-15812}
 pids=()
@@ -31,12 +33,15 @@ run_agent() {
 	local name=$1 mon=127.0.0.1:$((PORT + ${#pids[@]} + 10)); shift
 	"$@" --ca-addr 127.0.0.1:$PORT --ca-root "$DIR/root-cert.pem" --token-file "$DIR/token" \
 		--sds-socket "$DIR/$name.sock" --monitoring-listen "$mon" --log-level warn &
-	local pid=$!; pids+=($pid)
+	local pid=$!; pids+=($pid); last_pid=$pid
 	for _ in $(seq 200); do curl -fs "http://$mon/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
 	curl -fs "http://$mon/readyz" >/dev/null || { echo "$name: not ready"; return 1; }
 	sleep "$IDLE"
-	printf "%-20s %s\n" "$name" "$(grep -E 'VmRSS|VmHWM' /proc/$pid/status | tr -s ' \t' ' ' | paste -sd' ')"
+	printf "%-20s %s\n" "$name" "$(grep -E 'VmRSS|RssAnon|RssFile' /proc/$pid/status | tr -s ' \t' ' ' | paste -sd' ')"
 }
 echo "== idle RSS after the first certificate (${IDLE}s idle)"
 run_agent meshid-agent "$AGENTBIN"
+lean=$last_pid
 run_agent meshid-agent-full "$BIN" agent
+echo "== meshid-agent with ${STREAMS:=1000} SDS streams open"
+"$BENCHBIN" sds --sds-socket "$DIR/meshid-agent.sock" --streams "$STREAMS" --agent-pid "$lean" -q

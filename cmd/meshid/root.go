@@ -55,6 +55,5 @@ func newRootCmdWith(stdout, stderr io.Writer, r runners) *cobra.Command {
 	root.AddCommand(newDevCmd())
 	root.AddCommand(newInspectCmd())
 	root.AddCommand(newCertsCmd())
-	root.AddCommand(newBenchCmd())
 	return root
 }

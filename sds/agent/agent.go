@@ -186,7 +186,7 @@ func (a *Agent) Listen() error {
 	return a.sds.Listen()
 }
 
-// RotateHandler forces a renewal of `default` (POST only); meshid bench sds
+// RotateHandler forces a renewal of `default` (POST only); meshid-bench sds
 // --rotate uses it to time a rotation across many streams. It is served at
 // /debug/rotate on the monitoring listener.
 func (a *Agent) RotateHandler() http.Handler {

@@ -22,7 +22,7 @@ import (
 	"github.com/meshid/meshid/sds/agent"
 )
 
-// benchRun runs `meshid bench` with args and returns its output and error.
+// benchRun runs `meshid-bench` with args and returns its output and error.
 func benchRun(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var out, errOut bytes.Buffer

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,9 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
-	"github.com/meshid/meshid/ca"
-	"github.com/meshid/meshid/ca/keystore"
-	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
@@ -67,27 +64,23 @@ func TestBenchCAFlagErrors(t *testing.T) {
 	}
 }
 
-// startBenchCA runs a real CA (Authority, offline JWT authentication with a
-// dev issuer, gRPC server on 127.0.0.1:0) on a state directory laid out like
-// meshid dev's: jwt-key.pem, jwks.json and root-cert.pem.
+// startBenchCA runs the CA assembly (ca/caserver, as meshid dev runs it:
+// a self-signed root, offline JWT authentication of a dev issuer) on a
+// state directory laid out like meshid dev's: jwt-key.pem, jwks.json and
+// root-cert.pem.
 func startBenchCA(t *testing.T, rateLimit float64, rateBurst int) (addr, stateDir string) {
 	t.Helper()
 	stateDir = t.TempDir()
-	iss, err := devissuer.LoadOrCreate(stateDir, "")
-	if err != nil {
+	if _, err := devissuer.LoadOrCreate(stateDir, ""); err != nil {
 		t.Fatal(err)
 	}
-	bundle, err := keystore.LoadOrCreateSelfSigned(keystore.SelfSignedConfig{Dir: stateDir, TrustDomain: "cluster.local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	quiet := slog.New(slog.DiscardHandler)
-	auth, err := ca.New(ca.Config{TrustDomain: spiffeid.RequireTrustDomainFromString("cluster.local"), Bundle: bundle, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, _ = testkit.ServeCA(t, server.Config{Authority: auth, Authenticator: testkit.DevJWT(t, iss), RateLimit: rateLimit, RateBurst: rateBurst})
-	return addr, stateDir
+	s := testkit.CA(t, caserver.Config{
+		StateDir:  stateDir,
+		JWKSFile:  filepath.Join(stateDir, devissuer.JWKSFile),
+		RateLimit: rateLimit,
+		RateBurst: rateBurst,
+	})
+	return s.Addr().String(), stateDir
 }
 
 // benchCAReport is the part of `bench ca -o json` the tests read.

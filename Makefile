@@ -2,6 +2,7 @@
 # fresh machine needs.
 GO       ?= go
 BIN      := bin/meshid
+AGENTBIN := bin/meshid-agent
 STATE    ?= ./.meshid-dev
 PKGS     := ./...
 
@@ -9,8 +10,10 @@ PKGS     := ./...
 
 all: build
 
+## build: the full CLI (bin/meshid) and the lean sidecar agent (bin/meshid-agent).
 build:
 	$(GO) build -o $(BIN) ./cmd/meshid
+	$(GO) build -o $(AGENTBIN) ./cmd/meshid-agent
 
 ## run: the CA and the agent together on the embedded default (no cluster).
 run: build
@@ -38,10 +41,12 @@ kube-binaries:
 test-kube: kube-binaries
 	cd test/kube && GOFLAGS=-mod=mod $(GO) test -count=1 -timeout 30m ./...
 
-## bench: Go benchmarks and a short load run against `meshid dev`.
+## bench: Go benchmarks and a short load run against `meshid dev`, with the
+## load tool bin/meshid-bench (not a production binary: it links the charts).
 bench: build
+	$(GO) build -o bin/meshid-bench ./cmd/meshid-bench
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
-	BIN=$(BIN) bash scripts/bench.sh
+	BIN=$(BIN) BENCHBIN=bin/meshid-bench bash scripts/bench.sh
 
 ## fuzz: every fuzz target below for FUZZTIME each (`make test` runs only
 ## their seed corpora). An input that fails is saved under the package's

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A short `meshid bench` run against a fresh `meshid dev`, for `make bench`.
+# A short `meshid-bench` run against a fresh `meshid dev`, for `make bench`.
 #
 # It starts `meshid dev` on its own ports and state directory, then runs
 #   1. bench ca: a concurrency sweep with ec-p256 leaf keys (and a chart),
@@ -15,6 +15,7 @@
 set -euo pipefail
 
 BIN=${BIN:-bin/meshid}
+BENCHBIN=${BENCHBIN:-bin/meshid-bench}
 if [ -z "${STATE:-}" ]; then
 	STATE=$(mktemp -d "${TMPDIR:-/tmp}/meshid-bench.XXXXXX")
 	own_state=1
@@ -55,17 +56,17 @@ if ! [ -S "$STATE/sds.sock" ]; then
 	exit 1
 fi
 
-echo "== meshid bench ca: ec-p256 leaf keys, sweep $SWEEP, $DURATION per level"
-"$BIN" bench ca --addr "$CA_ADDR" --dev-state-dir "$STATE" --service-accounts "$SERVICE_ACCOUNTS" \
+echo "== meshid-bench ca: ec-p256 leaf keys, sweep $SWEEP, $DURATION per level"
+"$BENCHBIN" ca --addr "$CA_ADDR" --dev-state-dir "$STATE" --service-accounts "$SERVICE_ACCOUNTS" \
 	--pregen-keys --crypto-bound --ca-pid "$dev" --duration "$DURATION" --sweep "$SWEEP" --chart "$CHART"
 
-echo "== meshid bench ca: rsa-2048 leaf keys, sweep $SWEEP, $DURATION per level"
-"$BIN" bench ca --addr "$CA_ADDR" --dev-state-dir "$STATE" --service-accounts "$SERVICE_ACCOUNTS" \
+echo "== meshid-bench ca: rsa-2048 leaf keys, sweep $SWEEP, $DURATION per level"
+"$BENCHBIN" ca --addr "$CA_ADDR" --dev-state-dir "$STATE" --service-accounts "$SERVICE_ACCOUNTS" \
 	--pregen-keys --crypto-bound --ca-pid "$dev" --key-type rsa-2048 --duration "$DURATION" --sweep "$SWEEP"
 
-echo "== meshid bench sds: $OPEN_STREAMS streams opened one at a time"
-"$BIN" bench sds --sds-socket "$STATE/sds.sock" --streams "$OPEN_STREAMS" --open-concurrency 1
+echo "== meshid-bench sds: $OPEN_STREAMS streams opened one at a time"
+"$BENCHBIN" sds --sds-socket "$STATE/sds.sock" --streams "$OPEN_STREAMS" --open-concurrency 1
 
-echo "== meshid bench sds: $STREAMS streams, forced rotation"
-"$BIN" bench sds --sds-socket "$STATE/sds.sock" --streams "$STREAMS" --agent-pid "$dev" \
+echo "== meshid-bench sds: $STREAMS streams, forced rotation"
+"$BENCHBIN" sds --sds-socket "$STATE/sds.sock" --streams "$STREAMS" --agent-pid "$dev" \
 	--rotate --agent-admin "$AGENT_ADMIN"

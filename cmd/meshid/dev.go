@@ -4,16 +4,19 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/sds/agent"
 )
 
 // devIssuerURL is the `iss` of tokens minted by meshid dev.
@@ -49,18 +52,48 @@ into --state-dir and serves until interrupted.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.stateDir, "state-dir", "./.meshid-dev", "directory for the root, the JWT issuer key, jwks.json, the token and the socket")
-	fs.StringVar(&f.listen, "listen", "127.0.0.1:15012", "address of the CA's gRPC CSR API")
+	fs.StringVar(&f.listen, "listen", caserver.DefaultListen, "address of the CA's gRPC CSR API")
 	fs.StringVar(&f.sdsSocket, "sds-socket", "", "SDS socket (default <state-dir>/sds.sock)")
-	fs.StringVar(&f.monitoringListen, "monitoring-listen", "127.0.0.1:15014", "CA /metrics /healthz /readyz (empty disables)")
-	fs.StringVar(&f.agentMonitoring, "agent-monitoring-listen", "127.0.0.1:15020", "agent /metrics /healthz /readyz (empty disables)")
+	fs.StringVar(&f.monitoringListen, "monitoring-listen", caserver.DefaultMonitoringListen, "CA /metrics /healthz /readyz (empty disables)")
+	fs.StringVar(&f.agentMonitoring, "agent-monitoring-listen", agent.DefaultMonitoringListen, "agent /metrics /healthz /readyz (empty disables)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiles at /debug/pprof/ on --monitoring-listen (performance work)")
 	cmd.AddCommand(newDevTokenCmd())
 	return cmd
 }
 
+// devCAConfig is the CA of meshid dev: caserver's defaults on a
+// self-signed root in the state directory, authenticating the dev issuer's
+// tokens offline.
+func devCAConfig(f *devFlags, issuer *devissuer.Issuer) caserver.Config {
+	return caserver.Config{
+		Listen:           f.listen,
+		StateDir:         f.stateDir,
+		JWTIssuer:        issuer.Issuer(),
+		JWKSFile:         filepath.Join(f.stateDir, devissuer.JWKSFile),
+		MonitoringListen: f.monitoringListen,
+		Pprof:            f.pprof,
+	}
+}
+
+// devAgentConfig is the agent of meshid dev: agent's defaults, talking to
+// the CA at caAddr with the default/default token.
+func devAgentConfig(f *devFlags, caAddr, tokenFile string) agent.Config {
+	sock := f.sdsSocket
+	if sock == "" {
+		sock = filepath.Join(f.stateDir, "sds.sock")
+	}
+	return agent.Config{
+		CAAddr:           caAddr,
+		CARootFile:       filepath.Join(f.stateDir, "root-cert.pem"),
+		TokenFile:        tokenFile,
+		SDSSocket:        sock,
+		MonitoringListen: f.agentMonitoring,
+	}
+}
+
 func runDev(ctx context.Context, f *devFlags, stdout, stderr io.Writer) error {
-	logger, err := newLogger(stderr, f.logLevel)
+	logger, err := cli.NewLogger(stderr, f.logLevel)
 	if err != nil {
 		return err
 	}
@@ -75,71 +108,30 @@ func runDev(ctx context.Context, f *devFlags, stdout, stderr io.Writer) error {
 	if err := writeDevToken(issuer, tokenFile); err != nil {
 		return err
 	}
-	sf := &serverFlags{
-		listen:           f.listen,
-		trustDomain:      "cluster.local",
-		stateDir:         f.stateDir,
-		rootKeyType:      string(certs.ECP256),
-		defaultTTL:       24 * time.Hour,
-		maxTTL:           2160 * time.Hour,
-		tokenAudiences:   []string{"istio-ca"},
-		jwtIssuer:        issuer.Issuer(),
-		jwksFile:         filepath.Join(f.stateDir, "jwks.json"),
-		monitoringListen: f.monitoringListen,
-		pprof:            f.pprof,
-	}
-	caStack, err := buildCA(ctx, sf, nil, prometheus.NewRegistry(), logger.With("component", "ca"))
+	caCfg := devCAConfig(f, issuer)
+	caCfg.Logger = logger.With("component", "ca")
+	ca, err := caserver.New(caCfg)
 	if err != nil {
 		return err
 	}
-	if err := caStack.grpc.Listen(); err != nil {
-		return err
-	}
-	sock := f.sdsSocket
-	if sock == "" {
-		sock = filepath.Join(f.stateDir, "sds.sock")
-	}
-	af := &agentFlags{
-		caAddr:           caStack.grpc.Addr().String(),
-		caRoot:           filepath.Join(f.stateDir, "root-cert.pem"),
-		tokenFile:        tokenFile,
-		sdsSocket:        sock,
-		certTTL:          24 * time.Hour,
-		graceRatio:       0.5,
-		jitter:           0.01,
-		keyType:          string(certs.ECP256),
-		monitoringListen: f.agentMonitoring,
-		trustDomain:      "cluster.local",
-	}
-	agent, err := buildAgent(af, prometheus.NewRegistry(), logger.With("component", "agent"))
-	if err != nil {
-		return err
-	}
-
 	// Bind everything before the banner: it then shows the bound addresses
 	// (with port 0 too), and the socket accepts connections once printed.
-	caMon, agentMon := "(disabled)", "(disabled)"
-	if caStack.monitor != nil {
-		if err := caStack.monitor.Listen(); err != nil {
-			return err
-		}
-		caMon = caStack.monitor.Addr().String()
-	}
-	if agent.monitor != nil {
-		if err := agent.monitor.Listen(); err != nil {
-			return err
-		}
-		agentMon = agent.monitor.Addr().String()
-	}
-	if err := agent.sds.Listen(); err != nil {
+	if err := ca.Listen(); err != nil {
 		return err
 	}
-
+	agentCfg := devAgentConfig(f, ca.Addr().String(), tokenFile)
+	agentCfg.Logger = logger.With("component", "agent")
+	ag, err := agent.New(agentCfg)
+	if err != nil {
+		return err
+	}
+	if err := ag.Listen(); err != nil {
+		return err
+	}
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return caStack.run(ctx) })
-	g.Go(func() error { return agent.run(ctx) })
+	g.Go(func() error { return ca.Run(ctx) })
+	g.Go(func() error { return ag.Run(ctx) })
 	g.Go(func() error { return refreshDevToken(ctx, issuer, tokenFile, logger) })
-
 	fmt.Fprintf(stdout, `meshid dev is running (Ctrl-C stops it)
   CA (CreateCertificate, TLS)  %s
   CA root                      %s
@@ -149,11 +141,18 @@ func runDev(ctx context.Context, f *devFlags, stdout, stderr io.Writer) error {
   CA metrics/health            %s
   agent metrics/health         %s
 Try: meshid inspect --sds %s
-`, caStack.grpc.Addr(), af.caRoot, sf.jwksFile, tokenFile, sock,
-		caMon, agentMon, sock)
+`, ca.Addr(), agentCfg.CARootFile, caCfg.JWKSFile, tokenFile, ag.SocketPath(),
+		addrOrDisabled(ca.MonitoringAddr()), addrOrDisabled(ag.MonitoringAddr()), ag.SocketPath())
 	return g.Wait()
 }
 
+// addrOrDisabled prints a listener's address, "(disabled)" for none.
+func addrOrDisabled(a net.Addr) string {
+	if a == nil {
+		return "(disabled)"
+	}
+	return a.String()
+}
 func writeDevToken(issuer *devissuer.Issuer, path string) error {
 	tok, err := issuer.Mint("default", "default", []string{"istio-ca"}, devTokenTTL, time.Now())
 	if err != nil {

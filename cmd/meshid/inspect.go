@@ -93,63 +93,18 @@ func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
 	if len(f.resources) != 0 && f.sds == "" {
 		return errors.New("inspect: --resource needs --sds")
 	}
-	opts := inspect.Options{Now: inspectClock.Now(), ExpiresWithin: time.Duration(f.expiresWithin)}
-	if f.trustDomain != "" {
-		td, err := spiffeid.TrustDomainFromString(f.trustDomain)
-		if err != nil {
-			return fmt.Errorf("inspect: --trust-domain: %v", err)
-		}
-		opts.TrustDomain = td
+	opts, err := inspectOptions(f)
+	if err != nil {
+		return err
 	}
-	if f.roots != "" {
-		in, err := loadOne(f.roots)
-		if err != nil {
-			return err
-		}
-		if len(in.Certs) == 0 {
-			return fmt.Errorf("inspect: --roots %s: no certificates", f.roots)
-		}
-		opts.Roots, opts.RootsName = in.Certs, f.roots
-	}
-
-	var inputs []*inspect.Input
-	if f.sds != "" {
-		ins, err := sdsInputs(cmd, f)
-		if err != nil {
-			return err
-		}
-		inputs = append(inputs, ins...)
-	}
-	if len(args) == 0 && f.sds == "" {
-		if isTerminal(cmd.InOrStdin()) {
-			return errors.New("inspect: nothing to inspect: give FILE, DIR, - (standard input) or --sds SOCKET")
-		}
-		args = []string{"-"}
-	}
-	for _, arg := range args {
-		if arg == "-" {
-			data, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxStdin))
-			if err != nil {
-				return fmt.Errorf("inspect: stdin: %v", err)
-			}
-			in, err := inspect.ParsePEM("-", data)
-			if err != nil {
-				return err
-			}
-			inputs = append(inputs, in)
-			continue
-		}
-		ins, err := inspect.Load(arg)
-		if err != nil {
-			return err
-		}
-		inputs = append(inputs, ins...)
+	inputs, err := inspectInputs(cmd, f, args)
+	if err != nil {
+		return err
 	}
 	inspect.PairKeys(inputs)
 
 	rep := inspect.Check(inputs, opts)
 	out := cmd.OutOrStdout()
-	var err error
 	switch f.output {
 	case "json":
 		err = inspect.WriteJSON(out, rep)
@@ -162,6 +117,70 @@ func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
 		return fmt.Errorf("inspect: write: %v", err)
 	}
 	return inspectExit(rep)
+}
+
+// inspectOptions are the checks of --expires-within, --trust-domain and
+// --roots.
+func inspectOptions(f *inspectFlags) (inspect.Options, error) {
+	opts := inspect.Options{Now: inspectClock.Now(), ExpiresWithin: time.Duration(f.expiresWithin)}
+	if f.trustDomain != "" {
+		td, err := spiffeid.TrustDomainFromString(f.trustDomain)
+		if err != nil {
+			return opts, fmt.Errorf("inspect: --trust-domain: %v", err)
+		}
+		opts.TrustDomain = td
+	}
+	if f.roots != "" {
+		in, err := loadOne(f.roots)
+		if err != nil {
+			return opts, err
+		}
+		if len(in.Certs) == 0 {
+			return opts, fmt.Errorf("inspect: --roots %s: no certificates", f.roots)
+		}
+		opts.Roots, opts.RootsName = in.Certs, f.roots
+	}
+	return opts, nil
+}
+
+// inspectInputs reads what to inspect: the SDS resources of --sds, then
+// each argument (a file, a directory, or - for standard input, the default
+// when it is not a terminal).
+func inspectInputs(cmd *cobra.Command, f *inspectFlags, args []string) ([]*inspect.Input, error) {
+	var inputs []*inspect.Input
+	if f.sds != "" {
+		ins, err := sdsInputs(cmd, f)
+		if err != nil {
+			return nil, err
+		}
+		inputs = append(inputs, ins...)
+	}
+	if len(args) == 0 && f.sds == "" {
+		if isTerminal(cmd.InOrStdin()) {
+			return nil, errors.New("inspect: nothing to inspect: give FILE, DIR, - (standard input) or --sds SOCKET")
+		}
+		args = []string{"-"}
+	}
+	for _, arg := range args {
+		if arg == "-" {
+			data, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxStdin))
+			if err != nil {
+				return nil, fmt.Errorf("inspect: stdin: %v", err)
+			}
+			in, err := inspect.ParsePEM("-", data)
+			if err != nil {
+				return nil, err
+			}
+			inputs = append(inputs, in)
+			continue
+		}
+		ins, err := inspect.Load(arg)
+		if err != nil {
+			return nil, err
+		}
+		inputs = append(inputs, ins...)
+	}
+	return inputs, nil
 }
 
 // inspectExit maps the report to the documented exit status.

@@ -25,8 +25,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
-	"github.com/meshid/meshid/sds"
-	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/sds/agent"
 )
 
 const testWorkload = "spiffe://cluster.local/ns/default/sa/default"
@@ -272,11 +271,15 @@ func TestInspectSDS(t *testing.T) {
 	fake := withCLIClock(t, cliNow.Add(-48*time.Hour))
 	h := newCLIHierarchy(t, fake)
 	id := spiffeid.RequireFromString(testWorkload)
-	mgr, err := secretcache.New(secretcache.Config{Signer: testkit.AuthoritySigner{Authority: h.authority(t, fake), Caller: "default/default (test)"}, ID: id, TTL: 12 * time.Hour, Clock: fake})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := testkit.Agent(t, mgr, sds.Config{Clock: fake})
+	// The agent assembly, signed in process by the hierarchy's CA.
+	sock := testkit.RunAgent(t, agent.Config{
+		Signer:         testkit.AuthoritySigner{Authority: h.authority(t, fake), Caller: "default/default (test)"},
+		Namespace:      "default",
+		TrustDomain:    id.TrustDomain(),
+		CertTTL:        12 * time.Hour,
+		Clock:          fake,
+		ServiceAccount: "default",
+	}).SocketPath()
 
 	out := meshidOK(t, "inspect", "--sds", sock)
 	lines := strings.Split(strings.TrimSpace(out), "\n")

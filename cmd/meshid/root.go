@@ -5,6 +5,8 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+
+	"github.com/meshid/meshid/cmd/internal/cli"
 )
 
 // exitError carries a process exit code through cobra.
@@ -24,9 +26,21 @@ func exitCode(err error) int {
 	return 1
 }
 
+// runners run the long-lived commands from their Configs; tests replace
+// them to check the Config that flags and environment produce.
+type runners struct {
+	server serverRun
+	agent  cli.AgentRun
+}
+
 // newRootCmd builds the command tree. Commands write to the given stdout and
 // stderr so that tests can read them.
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	return newRootCmdWith(stdout, stderr, runners{server: runServer, agent: cli.RunAgent})
+}
+
+// newRootCmdWith is newRootCmd with the given runners.
+func newRootCmdWith(stdout, stderr io.Writer, r runners) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "meshid",
 		Short:         "meshid: short-lived X.509 SPIFFE identities for a service mesh",
@@ -36,11 +50,10 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	// Subcommands are added here, one constructor per file.
-	root.AddCommand(newServerCmd())
-	root.AddCommand(newAgentCmd())
+	root.AddCommand(newServerCmd(r.server))
+	root.AddCommand(newAgentCmd(r.agent))
 	root.AddCommand(newDevCmd())
 	root.AddCommand(newInspectCmd())
 	root.AddCommand(newCertsCmd())
-	root.AddCommand(newBenchCmd())
 	return root
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/internal/devissuer"
 )
@@ -37,4 +38,30 @@ func ServeCA(t testing.TB, cfg server.Config) (addr string, stop func()) {
 	stop = Start(t, "CA server", srv.Run)
 	t.Cleanup(stop)
 	return srv.Addr().String(), stop
+}
+
+// CA runs the CA assembly (ca/caserver, what `meshid server` runs) with cfg
+// until the test ends, bound before it returns. Unset in cfg: Listen is
+// 127.0.0.1:0, StateDir a temporary directory, logs are discarded;
+// MonitoringListen stays as given (empty: no monitoring).
+func CA(t testing.TB, cfg caserver.Config) *caserver.Server {
+	t.Helper()
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = t.TempDir()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s, err := caserver.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	Run(t, "CA", s.Run)
+	return s
 }

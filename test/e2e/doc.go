@@ -8,9 +8,9 @@
 //     and on certificates created at run time; and the CA hierarchy round
 //     trip `meshid certs root` → `certs intermediate` → `meshid server
 //     --ca-dir` → `meshid agent` → `meshid inspect`.
-//   - The in-process components wired as cmd/meshid wires them (ca.Authority,
-//     ca/server over real TLS on 127.0.0.1, sds/caclient, sds/secretcache and
-//     the SDS server on a real Unix socket), driven by a fake clock:
+//   - In process, the same assemblies the binaries run (ca/caserver, serving
+//     over real TLS on 127.0.0.1, and sds/agent, serving SDS on a real Unix
+//     socket), driven by a fake clock:
 //     rotation before expiry, a CA outage and recovery, and an mTLS handshake
 //     between two agent identities with go-spiffe's tlsconfig.
 //

@@ -22,7 +22,7 @@ type workload struct {
 	bundle *x509bundle.Bundle
 }
 
-func workloadOf(t *testing.T, a *agent) workload {
+func workloadOf(t *testing.T, a *agentProc) workload {
 	t.Helper()
 	got := openSotw(t, a.sds, "default", "ROOTCA").recvNames("default", "ROOTCA")
 	w := workload{id: a.id, svid: svidOf(t, got["default"]), bundle: bundleOf(t, got["ROOTCA"])}

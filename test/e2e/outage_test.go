@@ -64,7 +64,7 @@ func (s *sotw) forward(clk *clock.Fake) <-chan delivery {
 }
 
 // fetchDefault fetches default with FetchSecrets.
-func fetchDefault(t *testing.T, a *agent) (*x509.Certificate, error) {
+func fetchDefault(t *testing.T, a *agentProc) (*x509.Certificate, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
@@ -83,7 +83,7 @@ func fetchDefault(t *testing.T, a *agent) (*x509.Certificate, error) {
 }
 
 // waitCounter polls a counter of the agent until it reaches want.
-func waitCounter(t *testing.T, a *agent, name string, want float64) {
+func waitCounter(t *testing.T, a *agentProc, name string, want float64) {
 	t.Helper()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()

@@ -33,11 +33,21 @@ type proc struct {
 // then killed if it lingers) when the test ends, and must then exit 0.
 func startMeshid(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startMeshidEnv(t, nil, args...)
+}
+
+// startMeshidEnv is startMeshid with env (NAME=value) added to the
+// process's environment.
+func startMeshidEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{
 		name:    "meshid " + args[0],
 		cmd:     exec.Command(meshidBin, args...),
 		changed: make(chan struct{}),
 		exited:  make(chan struct{}),
+	}
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
 	}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {

@@ -44,8 +44,8 @@ func TestCertsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv := startMeshid(t, "server",
-		"--ca-dir", westDir,
+	// The plugged-in CA comes from istiod's environment name.
+	srv := startMeshidEnv(t, []string{"ROOT_CA_DIR=" + westDir}, "server",
 		"--state-dir", filepath.Join(work, "state"),
 		"--listen", "127.0.0.1:0",
 		"--monitoring-listen", "127.0.0.1:0",
@@ -126,10 +126,9 @@ func TestCertsRoundTrip(t *testing.T) {
 		}
 		sock := filepath.Join(work, "run", "sds.sock")
 		// The agent verifies the CA's serving certificate, which the
-		// intermediate signed, against the mesh root.
-		startMeshid(t, "agent",
-			"--ca-addr", addr,
-			"--ca-root", rootFile,
+		// intermediate signed, against the mesh root. The CA and its root
+		// come from istio-agent's environment names.
+		startMeshidEnv(t, []string{"CA_ADDR=" + addr, "CA_ROOT_CA=" + rootFile}, "agent",
 			"--token-file", tokenFile,
 			"--sds-socket", sock,
 			"--monitoring-listen", "127.0.0.1:0",

@@ -1,7 +1,6 @@
 package storm_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,12 +13,15 @@ import (
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/keystore"
-	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/internal/testkit"
+	sdsagent "github.com/meshid/meshid/sds/agent"
 	"github.com/meshid/meshid/sds/caclient"
+	"github.com/meshid/meshid/sds/secretcache"
 )
 
 var td = spiffeid.RequireTrustDomainFromString("cluster.local")
@@ -62,7 +64,6 @@ type caServer struct {
 func startCA(t *testing.T, clk *clock.Fake, rate float64, burst int) *caServer {
 	t.Helper()
 	s := &caServer{reg: prometheus.NewRegistry(), clk: clk}
-	s.authority = newAuthority(t, clk, s.reg)
 	key, err := certs.GenerateKey(certs.ECP256)
 	if err != nil {
 		t.Fatal(err)
@@ -70,31 +71,32 @@ func startCA(t *testing.T, clk *clock.Fake, rate float64, burst int) *caServer {
 	if s.issuer, err = devissuer.New(key, ""); err != nil {
 		t.Fatal(err)
 	}
+	// The issuer's keys in memory: a JWKS file would add its refresh timer
+	// to the fake clock the storm steps through.
 	j, err := authn.NewJWT(authn.JWTConfig{Issuer: s.issuer.Issuer(), JWKS: s.issuer.JWKS(), Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{
-		Authority: s.authority, Authenticator: j, Listen: "127.0.0.1:0",
+	// The CA assembly `meshid server` runs, with a self-signed root made
+	// at the fake time.
+	srv := testkit.CA(t, caserver.Config{
+		TrustDomain: td, ExtraAuthenticators: []authn.Authenticator{j},
 		RateLimit: rate, RateBurst: burst, Clock: clk, Logger: quiet, Registerer: s.reg,
 	})
+	s.authority, s.addr = srv.Authority(), srv.Addr().String()
+	return s
+}
+
+// managerConfig is the SecretManager configuration the agent assembly
+// (sds/agent, what `meshid agent` runs) gives an agent with the default
+// flags but ttl, on clk, for id and signer.
+func managerConfig(t testing.TB, signer secretcache.Signer, id spiffeid.ID, ttl time.Duration, clk clock.Clock) secretcache.Config {
+	t.Helper()
+	cfg, err := sdsagent.Config{CertTTL: ttl, Clock: clk, Logger: quiet}.ManagerConfig(signer, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	s.addr = srv.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server Run: %v", err)
-		}
-	})
-	return s
+	return cfg
 }
 
 // token mints a service-account token for ns/sa valid for a day of fake time.

@@ -38,9 +38,7 @@ func TestRenewalJitterSpreads(t *testing.T) {
 	managers := make([]*secretcache.Manager, agents)
 	for i := range managers {
 		id := spiffeid.RequireFromSegments(td, "ns", "storm", "sa", fmt.Sprintf("sa-%d", i%100))
-		m, err := secretcache.New(secretcache.Config{
-			Signer: testkit.AuthoritySigner{Authority: authority, ID: id, Caller: "storm"}, ID: id, TTL: ttl, Clock: clk, Logger: quiet,
-		})
+		m, err := secretcache.New(managerConfig(t, testkit.AuthoritySigner{Authority: authority, ID: id, Caller: "storm"}, id, ttl, clk))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -91,7 +91,7 @@ func TestRotationStorm(t *testing.T) {
 		id := spiffeid.RequireFromSegments(td, "ns", "storm", "sa", sa)
 		for range pods {
 			a := &agent{}
-			m, err := secretcache.New(secretcache.Config{Signer: a.sign(client), ID: id, TTL: ttl, Clock: clk, Logger: quiet})
+			m, err := secretcache.New(managerConfig(t, a.sign(client), id, ttl, clk))
 			if err != nil {
 				t.Fatal(err)
 			}

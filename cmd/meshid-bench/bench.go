@@ -33,14 +33,17 @@ import (
 
 func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Load a CA or an agent and report throughput, latency and memory",
-		Long: `meshid bench measures a running meshid (or any Istio-compatible) CA or agent.
+		Use:           "meshid-bench",
+		Short:         "Load a CA or an agent and report throughput, latency and memory",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Long: `meshid-bench measures a running meshid (or any Istio-compatible) CA or agent.
+It is a tool, not part of the production binaries (it links the charts).
 
-  bench ca    CreateCertificate load: certificates/s, latency p50/p90/p99/max,
+  ca    CreateCertificate load: certificates/s, latency p50/p90/p99/max,
               errors by gRPC code; --sweep runs several concurrency levels and
               --chart draws throughput against concurrency.
-  bench sds   N SDS streams against an agent's socket: time until each stream
+  sds   N SDS streams against an agent's socket: time until each stream
               holds default and ROOTCA, the agent's RSS, and with --rotate the
               time for a forced rotation to reach every stream.
 
@@ -71,7 +74,7 @@ func newBenchCACmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ca",
 		Short: "Load a CA with CreateCertificate calls",
-		Long: `meshid bench ca sends CreateCertificate requests (istio.v1.auth.IstioCertificateService)
+		Long: `meshid-bench ca sends CreateCertificate requests (istio.v1.auth.IstioCertificateService)
 over TLS, each with a CSR for the caller's identity and its bearer token, like ghz but CSR-aware.
 
 Tokens come from --token-file (one identity, read from the token's kubernetes.io
@@ -84,10 +87,10 @@ for that identity.
 so client key generation is not measured; without it every request generates a
 fresh key, as an agent does, on the same CPUs as the CA when both run here.
 Latency percentiles cover successful requests.`,
-		Example: `  meshid bench ca --dev-state-dir .meshid-dev --pregen-keys --duration 10s
-  meshid bench ca --dev-state-dir .meshid-dev --service-accounts 100 --pregen-keys --requests 5000 -o json
-  meshid bench ca --dev-state-dir .meshid-dev --pregen-keys --duration 5s --sweep 1,8,64 --chart docs/ca-throughput.svg
-  meshid bench ca --addr istiod.istio-system.svc:15012 --ca-root root-cert.pem --token-file ./var/run/secrets/tokens/istio-token`,
+		Example: `  meshid-bench ca --dev-state-dir .meshid-dev --pregen-keys --duration 10s
+  meshid-bench ca --dev-state-dir .meshid-dev --service-accounts 100 --pregen-keys --requests 5000 -o json
+  meshid-bench ca --dev-state-dir .meshid-dev --pregen-keys --duration 5s --sweep 1,8,64 --chart docs/ca-throughput.svg
+  meshid-bench ca --addr istiod.istio-system.svc:15012 --ca-root root-cert.pem --token-file ./var/run/secrets/tokens/istio-token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchCA(cmd, f) },
 	}

@@ -24,7 +24,7 @@ func newBenchSDSCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sds",
 		Short: "Open many SDS streams against an agent and time default, ROOTCA and a rotation",
-		Long: `meshid bench sds opens --streams SDS streams (StreamSecrets, as Envoy does) on the
+		Long: `meshid-bench sds opens --streams SDS streams (StreamSecrets, as Envoy does) on the
 agent's socket, --streams-per-conn per gRPC connection, each subscribing to
 default and ROOTCA and acknowledging every response.
 
@@ -32,10 +32,10 @@ It reports the time until each stream holds both (p50/p90/p99/max), the agent's
 RSS before and after the streams opened when --agent-pid is given, and with
 --rotate the time from a forced rotation (POST http://<agent-admin>/debug/rotate)
 until every stream holds a new default certificate.`,
-		Example: `  meshid bench sds --sds-socket .meshid-dev/sds.sock --streams 1000
-  meshid bench sds --sds-socket ./var/run/secrets/workload-spiffe-uds/socket --streams 10000 \
+		Example: `  meshid-bench sds --sds-socket .meshid-dev/sds.sock --streams 1000
+  meshid-bench sds --sds-socket ./var/run/secrets/workload-spiffe-uds/socket --streams 10000 \
       --agent-pid $(pgrep -f 'meshid agent') --rotate --agent-admin 127.0.0.1:15020
-  meshid bench sds --sds-socket .meshid-dev/sds.sock --streams 2000 --open-concurrency 1   # one new stream at a time, warm cache`,
+  meshid-bench sds --sds-socket .meshid-dev/sds.sock --streams 2000 --open-concurrency 1   # one new stream at a time, warm cache`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchSDS(cmd, f) },
 	}

@@ -4,28 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
-	"github.com/meshid/meshid/ca"
-	"github.com/meshid/meshid/ca/keystore"
-	"github.com/meshid/meshid/ca/server"
-	"github.com/meshid/meshid/internal/bench/sdsload"
+	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/testkit"
-	"github.com/meshid/meshid/sds"
-	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/sds/agent"
 )
 
-// benchRun runs `meshid bench` with args and returns its output and error.
+// benchRun runs `meshid-bench` with args and returns its output and error.
 func benchRun(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
@@ -70,27 +64,23 @@ func TestBenchCAFlagErrors(t *testing.T) {
 	}
 }
 
-// startBenchCA runs a real CA (Authority, offline JWT authentication with a
-// dev issuer, gRPC server on 127.0.0.1:0) on a state directory laid out like
-// meshid dev's: jwt-key.pem, jwks.json and root-cert.pem.
+// startBenchCA runs the CA assembly (ca/caserver, as meshid dev runs it:
+// a self-signed root, offline JWT authentication of a dev issuer) on a
+// state directory laid out like meshid dev's: jwt-key.pem, jwks.json and
+// root-cert.pem.
 func startBenchCA(t *testing.T, rateLimit float64, rateBurst int) (addr, stateDir string) {
 	t.Helper()
 	stateDir = t.TempDir()
-	iss, err := devissuer.LoadOrCreate(stateDir, "")
-	if err != nil {
+	if _, err := devissuer.LoadOrCreate(stateDir, ""); err != nil {
 		t.Fatal(err)
 	}
-	bundle, err := keystore.LoadOrCreateSelfSigned(keystore.SelfSignedConfig{Dir: stateDir, TrustDomain: "cluster.local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	quiet := slog.New(slog.DiscardHandler)
-	auth, err := ca.New(ca.Config{TrustDomain: spiffeid.RequireTrustDomainFromString("cluster.local"), Bundle: bundle, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, _ = testkit.ServeCA(t, server.Config{Authority: auth, Authenticator: testkit.DevJWT(t, iss), RateLimit: rateLimit, RateBurst: rateBurst})
-	return addr, stateDir
+	s := testkit.CA(t, caserver.Config{
+		StateDir:  stateDir,
+		JWKSFile:  filepath.Join(stateDir, devissuer.JWKSFile),
+		RateLimit: rateLimit,
+		RateBurst: rateBurst,
+	})
+	return s.Addr().String(), stateDir
 }
 
 // benchCAReport is the part of `bench ca -o json` the tests read.
@@ -228,37 +218,35 @@ func TestBenchCAChartAndBound(t *testing.T) {
 	}
 }
 
-// benchAgent is a real SecretManager (signed by a real Authority) behind a
-// real SDS server, with an admin endpoint that forces a rotation as the
-// agent's /debug/rotate does.
+// benchAgent is the agent assembly (sds/agent, what meshid agent runs)
+// signed by a real Authority in process, with its real monitoring listener
+// and so its real POST /debug/rotate.
 type benchAgent struct {
-	socket    string
-	admin     string
-	rotations int
+	socket string
+	admin  string
+	reg    *prometheus.Registry
 }
 
 func startBenchAgent(t *testing.T) *benchAgent {
 	t.Helper()
-	id := spiffeid.RequireFromString("spiffe://cluster.local/ns/bench/sa/bench-0")
-	auth := testkit.NewAuthority(t, id.TrustDomain(), nil, nil)
-	m, err := secretcache.New(secretcache.Config{Signer: testkit.AuthoritySigner{Authority: auth, Caller: "bench test"}, ID: id, TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &benchAgent{socket: testkit.Agent(t, m, sds.Config{})}
-	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != sdsload.RotatePath {
-			http.NotFound(w, r)
-			return
-		}
-		a.rotations++
-		if err := m.Rotate(r.Context()); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		}
-	}))
-	t.Cleanup(admin.Close)
-	a.admin = strings.TrimPrefix(admin.URL, "http://")
+	td := spiffeid.RequireTrustDomainFromString("cluster.local")
+	a := &benchAgent{reg: prometheus.NewRegistry()}
+	ag := testkit.RunAgent(t, agent.Config{
+		Signer:           testkit.AuthoritySigner{Authority: testkit.NewAuthority(t, td, nil, nil), Caller: "bench test"},
+		Namespace:        "bench",
+		ServiceAccount:   "bench-0",
+		CertTTL:          time.Hour,
+		MonitoringListen: "127.0.0.1:0",
+		Registerer:       a.reg,
+	})
+	a.socket, a.admin = ag.SocketPath(), ag.MonitoringAddr().String()
 	return a
+}
+
+// rotations is how many certificates the agent has obtained (the first
+// included).
+func (a *benchAgent) rotations(t *testing.T) float64 {
+	return testkit.Metric(t, a.reg, "meshid_agent_rotations_total")
 }
 
 func TestBenchSDS(t *testing.T) {
@@ -292,8 +280,8 @@ func TestBenchSDS(t *testing.T) {
 	if rep.Memory != nil {
 		t.Errorf("memory reported without --agent-pid:\n%s", stdout)
 	}
-	if a.rotations != 1 || rep.Rotation == nil || rep.Rotation.Streams != 40 || rep.Rotation.Rotated != 40 || rep.Rotation.AllMS <= 0 {
-		t.Errorf("rotations = %d, report:\n%s", a.rotations, stdout)
+	if n := a.rotations(t); n != 2 || rep.Rotation == nil || rep.Rotation.Streams != 40 || rep.Rotation.Rotated != 40 || rep.Rotation.AllMS <= 0 {
+		t.Errorf("certificates obtained = %v, want the first and one rotation; report:\n%s", n, stdout)
 	}
 
 	// The table, with the memory of a process given as the agent.

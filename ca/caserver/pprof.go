@@ -1,4 +1,4 @@
-package main
+package caserver
 
 import (
 	"net/http"

@@ -1,0 +1,168 @@
+package caserver
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
+)
+
+// Defaults of a Config: the flag defaults of `meshid server`.
+const (
+	DefaultListen           = "127.0.0.1:15012"
+	DefaultTrustDomain      = "cluster.local"
+	DefaultStateDir         = "./var/lib/meshid"
+	DefaultRootKeyType      = certs.ECP256
+	DefaultTTL              = 24 * time.Hour
+	DefaultMaxTTL           = 2160 * time.Hour
+	DefaultTokenAudience    = "istio-ca"
+	DefaultMonitoringListen = "127.0.0.1:15014"
+	DefaultNamespace        = "istio-system"
+)
+
+// Config configures the CA. The zero value of a field takes its default
+// (the constants above) unless its comment says otherwise.
+type Config struct {
+	// Listen is the TCP address of the gRPC CSR API (always TLS).
+	Listen string
+	// TrustDomain of issued identities.
+	TrustDomain spiffeid.TrustDomain
+	// Bundle, when set, is the CA material itself (embedding, tests);
+	// CADir, StateDir and KubeCASecret are then not used.
+	Bundle *keystore.Bundle
+	// CADir is a plugged-in CA directory (ca-cert.pem ca-key.pem
+	// cert-chain.pem root-cert.pem, or tls.crt tls.key ca.crt). Empty means
+	// a self-signed root in StateDir, or the Kubernetes Secret with
+	// KubeCASecret.
+	CADir string
+	// StateDir holds the self-signed root (key mode 0600); root-cert.pem is
+	// written there for clients.
+	StateDir string
+	// RootKeyType is the key of a self-signed root.
+	RootKeyType certs.KeyType
+	// DefaultTTL is the workload certificate TTL when a request asks for
+	// none; MaxTTL the longest allowed.
+	DefaultTTL time.Duration
+	MaxTTL     time.Duration
+	// ServingTTL is the lifetime of the CA's own serving certificate; 0
+	// means ca/server's default.
+	ServingTTL time.Duration
+	// ServingDNS are extra DNS SANs of the serving certificate.
+	ServingDNS []string
+	// RateLimit is per-caller CreateCertificate requests per second; 0 is
+	// unlimited (no default applied). RateBurst is the per-caller burst;
+	// 0 is ca/server's default (RateLimit rounded up).
+	RateLimit float64
+	RateBurst int
+
+	// Kubeconfig is the kubeconfig of the TokenReview client. Empty means
+	// the in-cluster config when running in a pod, else no client.
+	Kubeconfig string
+	// KubeClient, when set, is used instead of Kubeconfig.
+	KubeClient kubernetes.Interface
+	// KubeCASecret keeps the CA in a Secret of Namespace, elects a leader
+	// and publishes the root ConfigMap (ca/kube); it needs a client.
+	KubeCASecret bool
+	// Namespace is the CA's own namespace.
+	Namespace string
+	// PodName is this replica's identity for leader election; empty means
+	// the hostname.
+	PodName string
+
+	// TokenAudiences a service-account token must carry.
+	TokenAudiences []string
+	// JWTIssuer and JWKSFile enable offline JWT authentication (the JWKS
+	// from the issuer's discovery unless JWKSFile is set). Both empty
+	// disables it.
+	JWTIssuer string
+	JWKSFile  string
+	// ExtraAuthenticators are tried after the configured ones (dev, tests).
+	ExtraAuthenticators []authn.Authenticator
+
+	// MonitoringListen is the address of /metrics /healthz /readyz. Empty
+	// disables monitoring (no default applied: cmd sets
+	// DefaultMonitoringListen).
+	MonitoringListen string
+	// Pprof serves Go profiles at /debug/pprof/ on the monitoring listener.
+	Pprof bool
+
+	Clock  clock.Clock  // nil is the real clock
+	Logger *slog.Logger // nil discards logs
+	// Registerer takes the metrics; nil is a new registry. Gatherer serves
+	// /metrics; nil is Registerer when it is a Gatherer.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+}
+
+// withDefaults returns cfg with defaults applied, or why it is invalid.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.TrustDomain.IsZero() {
+		cfg.TrustDomain = spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = DefaultStateDir
+	}
+	if cfg.RootKeyType == "" {
+		cfg.RootKeyType = DefaultRootKeyType
+	}
+	if _, err := certs.ParseKeyType(string(cfg.RootKeyType)); err != nil {
+		return cfg, fmt.Errorf("caserver: root key type: %w", err)
+	}
+	if cfg.DefaultTTL == 0 {
+		cfg.DefaultTTL = DefaultTTL
+	}
+	if cfg.MaxTTL == 0 {
+		cfg.MaxTTL = DefaultMaxTTL
+	}
+	if cfg.DefaultTTL < 0 || cfg.MaxTTL < 0 || cfg.ServingTTL < 0 {
+		return cfg, errors.New("caserver: negative TTL")
+	}
+	if cfg.RateLimit < 0 || cfg.RateBurst < 0 {
+		return cfg, errors.New("caserver: negative rate limit")
+	}
+	if len(cfg.TokenAudiences) == 0 {
+		cfg.TokenAudiences = []string{DefaultTokenAudience}
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = DefaultNamespace
+	}
+	if cfg.KubeCASecret && cfg.PodName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return cfg, fmt.Errorf("caserver: pod name: %w", err)
+		}
+		cfg.PodName = h
+	}
+	cfg.Clock = clock.OrReal(cfg.Clock)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		cfg.Registerer = reg
+		if cfg.Gatherer == nil {
+			cfg.Gatherer = reg
+		}
+	}
+	if cfg.Gatherer == nil {
+		g, ok := cfg.Registerer.(prometheus.Gatherer)
+		if !ok && cfg.MonitoringListen != "" {
+			return cfg, errors.New("caserver: monitoring needs a Gatherer")
+		}
+		cfg.Gatherer = g
+	}
+	return cfg, nil
+}

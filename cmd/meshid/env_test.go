@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/sds/agent"
+)
+
+// configsOf runs `meshid args...` through the real command tree with the
+// process environment, and returns the Configs the server or agent would
+// run with.
+func configsOf(t *testing.T, args ...string) (caserver.Config, agent.Config, error) {
+	t.Helper()
+	var (
+		sc caserver.Config
+		ac agent.Config
+	)
+	root := newRootCmdWith(io.Discard, io.Discard, runners{
+		server: func(_ context.Context, cfg caserver.Config) error { sc = cfg; return nil },
+		agent:  func(_ context.Context, cfg agent.Config) error { ac = cfg; return nil },
+	})
+	root.SetArgs(args)
+	err := root.Execute()
+	return sc, ac, err
+}
+
+func serverConfigOf(t *testing.T, args ...string) caserver.Config {
+	t.Helper()
+	cfg, _, err := configsOf(t, append([]string{"server"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// clearServerEnv unsets every documented variable for the test.
+func clearServerEnv(t *testing.T) {
+	for _, p := range serverEnv {
+		t.Setenv(p.Env, "")
+	}
+}
+
+// TestServerEnv: each documented istiod variable, alone, reaches the CA's
+// Config through `meshid server`.
+func TestServerEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env, val string
+		check    func(caserver.Config) bool
+	}{
+		{"DEFAULT_WORKLOAD_CERT_TTL", "1h", func(c caserver.Config) bool { return c.DefaultTTL == time.Hour }},
+		{"DEFAULT_WORKLOAD_CERT_TTL", "7200", func(c caserver.Config) bool { return c.DefaultTTL == 2*time.Hour }},
+		{"MAX_WORKLOAD_CERT_TTL", "48h", func(c caserver.Config) bool { return c.MaxTTL == 48*time.Hour }},
+		{"TOKEN_AUDIENCES", "a,b", func(c caserver.Config) bool {
+			return len(c.TokenAudiences) == 2 && c.TokenAudiences[0] == "a" && c.TokenAudiences[1] == "b"
+		}},
+		{"ROOT_CA_DIR", "/etc/cacerts", func(c caserver.Config) bool { return c.CADir == "/etc/cacerts" }},
+		{"TRUST_DOMAIN", "example.org", func(c caserver.Config) bool { return c.TrustDomain.Name() == "example.org" }},
+		{"POD_NAMESPACE", "mesh-ca", func(c caserver.Config) bool { return c.Namespace == "mesh-ca" }},
+		{"POD_NAME", "meshid-0", func(c caserver.Config) bool { return c.PodName == "meshid-0" }},
+	} {
+		t.Run(tc.env+"="+tc.val, func(t *testing.T) {
+			clearServerEnv(t)
+			if tc.check(serverConfigOf(t)) {
+				t.Fatal("the default Config already passes the check: the test cannot fail")
+			}
+			t.Setenv(tc.env, tc.val)
+			if got := serverConfigOf(t); !tc.check(got) {
+				t.Fatalf("%s=%s did not reach the Config: %+v", tc.env, tc.val, got)
+			}
+		})
+	}
+}
+
+// TestServerFlagBeatsEnv: a flag the user set wins over its variable, and a
+// bad variable is an error.
+func TestServerFlagBeatsEnv(t *testing.T) {
+	clearServerEnv(t)
+	t.Setenv("TRUST_DOMAIN", "env.example")
+	if got := serverConfigOf(t, "--trust-domain", "flag.example"); got.TrustDomain.Name() != "flag.example" {
+		t.Fatalf("trust domain %s", got.TrustDomain.Name())
+	}
+	t.Setenv("MAX_WORKLOAD_CERT_TTL", "forever")
+	if _, _, err := configsOf(t, "server"); err == nil {
+		t.Fatal("MAX_WORKLOAD_CERT_TTL=forever accepted")
+	}
+}
+
+// TestServerDefaults: with no flags and no environment, `meshid server`
+// runs the CA with caserver's defaults, and monitoring on its default port.
+func TestServerDefaults(t *testing.T) {
+	clearServerEnv(t)
+	got := serverConfigOf(t)
+	if got.Listen != caserver.DefaultListen || got.TrustDomain.Name() != caserver.DefaultTrustDomain ||
+		got.DefaultTTL != caserver.DefaultTTL || got.MaxTTL != caserver.DefaultMaxTTL ||
+		got.MonitoringListen != caserver.DefaultMonitoringListen || got.RootKeyType != caserver.DefaultRootKeyType || got.Logger == nil {
+		t.Fatalf("defaults: %+v", got)
+	}
+}
+
+// TestAgentAlias: `meshid agent` is the lean agent's command, environment
+// included.
+func TestAgentAlias(t *testing.T) {
+	t.Setenv("CA_ADDR", "istiod:15012")
+	t.Setenv("SECRET_GRACE_PERIOD_RATIO_JITTER", "0.2")
+	_, got, err := configsOf(t, "agent", "--cert-ttl", "2h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.CAAddr != "istiod:15012" || got.Jitter != 0.2 || got.CertTTL != 2*time.Hour {
+		t.Fatalf("meshid agent: %+v", got)
+	}
+}

@@ -1,0 +1,264 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/sds/secretcache"
+)
+
+// world is a real CA (the caserver assembly) that authenticates the dev
+// issuer's tokens, and a token file for default/default.
+type world struct {
+	ca        *caserver.Server
+	rootFile  string
+	tokenFile string
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	dir := t.TempDir()
+	iss, err := devissuer.LoadOrCreate(dir, "https://meshid.dev.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{
+		ca: testkit.CA(t, caserver.Config{
+			StateDir:  dir,
+			JWTIssuer: iss.Issuer(),
+			JWKSFile:  filepath.Join(dir, devissuer.JWKSFile),
+		}),
+		rootFile:  filepath.Join(dir, "root-cert.pem"),
+		tokenFile: filepath.Join(dir, "token"),
+	}
+	tok, err := iss.Mint("default", "default", []string{"istio-ca"}, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(w.tokenFile, []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// config is an agent of default/default against the world's CA.
+func (w *world) config() agent.Config {
+	return agent.Config{CAAddr: w.ca.Addr().String(), CARootFile: w.rootFile, TokenFile: w.tokenFile}
+}
+
+func firstSecret(t *testing.T, a *agent.Agent) *secretcache.Secret {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)
+	defer cancel()
+	sec, err := a.Manager().Secret(ctx, secretcache.DefaultName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sec
+}
+
+// TestJitterReachesManager: the Config's Jitter is the one the agent's
+// SecretManager renews with. Each certificate's renewal time (logged) is
+// compared with its exact grace point: with Jitter 0.3 none is exact, and
+// at least one of ten is further from it than the default jitter (0.01)
+// allows (chance of a false failure: (1/30)^10).
+func TestJitterReachesManager(t *testing.T) {
+	w := newWorld(t)
+	logs := testkit.NewLogRecorder()
+	cfg := w.config()
+	cfg.Jitter, cfg.CertTTL, cfg.Logger = 0.3, time.Hour, logs.Logger()
+	a := testkit.RunAgent(t, cfg)
+	firstSecret(t, a)
+	beyondDefault := false
+	for i := range 10 {
+		if i > 0 {
+			if err := a.Manager().Rotate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		leaf := firstSecret(t, a).Chain[0]
+		renew := renewAt(t, logs, leaf.SerialNumber.Text(16))
+		life := leaf.NotAfter.Sub(leaf.NotBefore)
+		off := renew.Sub(leaf.NotBefore.Add(life / 2))
+		if off.Abs() < time.Millisecond {
+			t.Fatalf("certificate %d renews at its exact grace point %v: no jitter", i, renew)
+		}
+		if off.Abs() > time.Duration(0.3*float64(life))+time.Second {
+			t.Fatalf("certificate %d renews %v from its grace point, more than the jitter 0.3 of %v", i, off, life)
+		}
+		if off.Abs() > time.Duration(0.01*float64(life))+time.Second {
+			beyondDefault = true
+		}
+	}
+	if !beyondDefault {
+		t.Fatal("ten renewals all within the default jitter (0.01): Jitter 0.3 did not reach the SecretManager")
+	}
+}
+
+var renewRE = regexp.MustCompile(`renew_at=(\S+ \S+ \S+ \S+)`)
+
+// renewAt is the renewal time the agent logged for the certificate serial.
+func renewAt(t *testing.T, logs *testkit.LogRecorder, serial string) time.Time {
+	t.Helper()
+	for _, l := range strings.Split(logs.All(), "\n") {
+		if !strings.HasPrefix(l, "workload certificate issued") || !strings.Contains(l, "serial="+serial+" ") {
+			continue
+		}
+		m := renewRE.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("no renew_at in %q", l)
+		}
+		at, err := time.Parse("2006-01-02 15:04:05.999999999 -0700 MST", m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	t.Fatalf("no issuance logged for serial %s:\n%s", serial, logs.All())
+	return time.Time{}
+}
+
+// TestNoJitter: NoJitter renews exactly at the grace point.
+func TestNoJitter(t *testing.T) {
+	w := newWorld(t)
+	logs := testkit.NewLogRecorder()
+	cfg := w.config()
+	cfg.Jitter, cfg.CertTTL, cfg.Logger = agent.NoJitter, time.Hour, logs.Logger()
+	a := testkit.RunAgent(t, cfg)
+	leaf := firstSecret(t, a).Chain[0]
+	want := leaf.NotBefore.Add(leaf.NotAfter.Sub(leaf.NotBefore) / 2)
+	if got := renewAt(t, logs, leaf.SerialNumber.Text(16)); !got.Equal(want) {
+		t.Fatalf("renew at %v, want exactly %v", got, want)
+	}
+}
+
+// TestRotateEndpoint: POST /debug/rotate on the agent's monitoring listener
+// renews the workload certificate; other methods are refused and rotate
+// nothing.
+func TestRotateEndpoint(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.config()
+	cfg.MonitoringListen = "127.0.0.1:0"
+	a := testkit.RunAgent(t, cfg)
+	before := firstSecret(t, a)
+	url := "http://" + a.MonitoringAddr().String() + "/debug/rotate"
+
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET: %s, want 405", resp.Status)
+	}
+	if got := firstSecret(t, a); got.Version != before.Version {
+		t.Fatal("GET rotated the certificate")
+	}
+
+	resp, err = http.Post(url, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "rotated" {
+		t.Fatalf("POST: %s %q", resp.Status, body)
+	}
+	after := firstSecret(t, a)
+	if after.Version == before.Version || after.Chain[0].SerialNumber.Cmp(before.Chain[0].SerialNumber) == 0 {
+		t.Fatal("POST /debug/rotate answered rotated but the certificate is the same")
+	}
+}
+
+// TestReadyz: the agent's /readyz turns ready with its first certificate.
+func TestReadyz(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.config()
+	cfg.MonitoringListen = "127.0.0.1:0"
+	a := testkit.RunAgent(t, cfg)
+	firstSecret(t, a)
+	if err := a.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + a.MonitoringAddr().String() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz: %s", resp.Status)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "token")
+	for name, cfg := range map[string]agent.Config{
+		"no CA roots":        {Namespace: "ns", ServiceAccount: "sa", TokenFile: tok},
+		"missing root file":  {Namespace: "ns", ServiceAccount: "sa", CARootFile: filepath.Join(t.TempDir(), "absent.pem")},
+		"bad key type":       {Namespace: "ns", ServiceAccount: "sa", KeyType: "dsa-1024", CARootFile: tok},
+		"negative TTL":       {Namespace: "ns", ServiceAccount: "sa", CertTTL: -time.Hour, CARootFile: tok},
+		"no token, no names": {TokenFile: filepath.Join(t.TempDir(), "absent"), CARootFile: tok},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := agent.New(cfg); err == nil {
+				t.Fatal("New accepted it")
+			}
+		})
+	}
+}
+
+// TestManagerConfigDefaults: the zero Config runs the SecretManager with
+// the documented defaults (those of the agent's flags).
+func TestManagerConfigDefaults(t *testing.T) {
+	mc, err := agent.Config{}.ManagerConfig(nil, spiffeid.RequireFromString("spiffe://cluster.local/ns/default/sa/default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mc.TTL != agent.DefaultCertTTL || mc.GraceRatio != agent.DefaultGraceRatio || mc.Jitter != agent.DefaultJitter || mc.KeyType != agent.DefaultKeyType {
+		t.Fatalf("defaults: %+v", mc)
+	}
+	mc, err = agent.Config{Jitter: agent.NoJitter}.ManagerConfig(nil, spiffeid.RequireFromString("spiffe://cluster.local/ns/default/sa/default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mc.Jitter >= 0 {
+		t.Fatalf("NoJitter reached the manager as %v, which is not 'none'", mc.Jitter)
+	}
+}
+
+// TestLean: the agent links neither the CA side, client-go, cfssl nor
+// plotting (the agent runs beside every pod).
+func TestLean(t *testing.T) {
+	for _, pkg := range []string{"github.com/meshid/meshid/sds/agent", "github.com/meshid/meshid/cmd/meshid-agent"} {
+		out, err := exec.Command("go", "list", "-deps", pkg).Output()
+		if err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				t.Fatalf("go list %s: %v\n%s", pkg, err, ee.Stderr)
+			}
+			t.Fatal(err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, banned := range []string{"github.com/meshid/meshid/ca", "k8s.io/client-go", "github.com/cloudflare/cfssl", "gonum.org/"} {
+				if dep == banned || strings.HasPrefix(dep, banned+"/") || (strings.HasSuffix(banned, "/") && strings.HasPrefix(dep, banned)) {
+					t.Errorf("%s links %s", pkg, dep)
+				}
+			}
+		}
+	}
+}

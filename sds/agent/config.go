@@ -1,0 +1,162 @@
+package agent
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/sds/secretcache"
+)
+
+// Defaults of a Config: the flag defaults of `meshid agent`.
+const (
+	DefaultCAAddr           = "127.0.0.1:15012"
+	DefaultTokenFile        = "./var/run/secrets/tokens/istio-token"
+	DefaultSDSSocket        = "./var/run/secrets/workload-spiffe-uds/socket"
+	DefaultCertTTL          = 24 * time.Hour
+	DefaultGraceRatio       = 0.5
+	DefaultJitter           = 0.01
+	DefaultKeyType          = certs.ECP256
+	DefaultMonitoringListen = "127.0.0.1:15020"
+	DefaultTrustDomain      = "cluster.local"
+)
+
+// NoJitter is the Jitter that disables renewal jitter.
+const NoJitter = -1
+
+// Config configures the agent. The zero value of a field takes its default
+// (the constants above) unless its comment says otherwise.
+type Config struct {
+	// CAAddr is the address of the CA's CreateCertificate API.
+	CAAddr string
+	// Signer, when set, obtains the certificates instead of a CA client on
+	// CAAddr (embedding, tests): the CA* fields and ClusterID are then not
+	// used.
+	Signer secretcache.Signer
+	// CARoots verify the CA's serving certificate; when empty they are
+	// read from CARootFile (PEM). One of them is required: the agent only
+	// talks to a CA it can verify.
+	CARoots    []*x509.Certificate
+	CARootFile string
+	// TokenFile is the service-account token, re-read for every CA request.
+	TokenFile string
+	// SDSSocket is the Unix socket Envoy SDS is served on.
+	SDSSocket string
+	// SocketGroup makes the socket 0660 instead of 0600.
+	SocketGroup bool
+	// CertTTL is the requested workload certificate TTL.
+	CertTTL time.Duration
+	// GraceRatio: renew after this fraction of the lifetime, in (0,1].
+	GraceRatio float64
+	// Jitter is the ± fraction of the lifetime by which renewal moves at
+	// random; NoJitter (any negative value) disables it.
+	Jitter float64
+	// KeyType is the workload key.
+	KeyType certs.KeyType
+	// TrustDomain of the workload identity.
+	TrustDomain spiffeid.TrustDomain
+	// ClusterID is sent in CSR metadata when set.
+	ClusterID string
+	// Namespace and ServiceAccount name the workload when both are set;
+	// otherwise the identity comes from the token's kubernetes.io claims.
+	Namespace      string
+	ServiceAccount string
+	// MonitoringListen is the address of /metrics /healthz /readyz and
+	// POST /debug/rotate. Empty disables monitoring (no default applied:
+	// cmd sets DefaultMonitoringListen).
+	MonitoringListen string
+
+	Clock  clock.Clock  // nil is the real clock
+	Logger *slog.Logger // nil discards logs
+	// Registerer takes the metrics; nil is a new registry. Gatherer serves
+	// /metrics; nil is Registerer when it is a Gatherer.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+}
+
+// withDefaults returns cfg with defaults applied, or why it is invalid.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.CAAddr == "" {
+		cfg.CAAddr = DefaultCAAddr
+	}
+	if cfg.TokenFile == "" {
+		cfg.TokenFile = DefaultTokenFile
+	}
+	if cfg.SDSSocket == "" {
+		cfg.SDSSocket = DefaultSDSSocket
+	}
+	if cfg.CertTTL == 0 {
+		cfg.CertTTL = DefaultCertTTL
+	}
+	if cfg.CertTTL < 0 {
+		return cfg, errors.New("agent: negative certificate TTL")
+	}
+	if cfg.GraceRatio == 0 {
+		cfg.GraceRatio = DefaultGraceRatio
+	}
+	if cfg.Jitter == 0 {
+		cfg.Jitter = DefaultJitter
+	}
+	if cfg.KeyType == "" {
+		cfg.KeyType = DefaultKeyType
+	}
+	if _, err := certs.ParseKeyType(string(cfg.KeyType)); err != nil {
+		return cfg, fmt.Errorf("agent: key type: %w", err)
+	}
+	if cfg.TrustDomain.IsZero() {
+		cfg.TrustDomain = spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
+	}
+	cfg.Clock = clock.OrReal(cfg.Clock)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg, nil
+}
+
+// withMetrics returns cfg with its Registerer and Gatherer defaults.
+func (cfg Config) withMetrics() (Config, error) {
+	if cfg.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		cfg.Registerer = reg
+		if cfg.Gatherer == nil {
+			cfg.Gatherer = reg
+		}
+	}
+	if cfg.Gatherer == nil {
+		g, ok := cfg.Registerer.(prometheus.Gatherer)
+		if !ok && cfg.MonitoringListen != "" {
+			return cfg, errors.New("agent: monitoring needs a Gatherer")
+		}
+		cfg.Gatherer = g
+	}
+	return cfg, nil
+}
+
+// ManagerConfig is the SecretManager's configuration the agent runs with
+// cfg: its defaults applied, signer and id as given. Tests that run many
+// SecretManagers without the rest of the agent (test/storm) build them
+// with it.
+func (cfg Config) ManagerConfig(signer secretcache.Signer, id spiffeid.ID) (secretcache.Config, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return secretcache.Config{}, err
+	}
+	return secretcache.Config{
+		Signer:     signer,
+		ID:         id,
+		KeyType:    cfg.KeyType,
+		TTL:        cfg.CertTTL,
+		GraceRatio: cfg.GraceRatio,
+		Jitter:     cfg.Jitter,
+		Clock:      cfg.Clock,
+		Logger:     cfg.Logger,
+		Registerer: cfg.Registerer,
+	}, nil
+}

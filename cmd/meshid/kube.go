@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,12 +11,11 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube"
+	kubeclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/certs"
 )
 
@@ -33,32 +33,20 @@ func (f *kubeFlags) register(fs *pflag.FlagSet) {
 }
 
 // kubeClient returns a client from --kubeconfig, the in-cluster config when
-// running in a pod, or nil when neither is available.
+// running in a pod, or nil when neither is available. It is ca/kube/client's
+// TokenReview client, whose rate limits are sized for a CA (client-go's
+// default QPS 5 capped the CA at 5 fresh-token certificates per second).
+// TODO(issue 18): wire --kube-qps/--kube-burst and hand Controllers to the
+// ca/kube Controller once the assembly lives in ca/caserver.
 func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig: %w", err)
-		}
-	} else {
-		cfg, err = rest.InClusterConfig()
-		if err == rest.ErrNotInCluster {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster config: %w", err)
-		}
+	cs, err := kubeclient.New(kubeclient.Config{Kubeconfig: kubeconfig})
+	if errors.Is(err, kubeclient.ErrNotInCluster) {
+		return nil, nil
 	}
-	cfg.UserAgent = "meshid"
-	kc, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, err
 	}
-	return kc, nil
+	return cs.Auth, nil
 }
 
 // kubeStack runs the ca/kube Controller for the CA.

@@ -155,6 +155,9 @@ func New(cfg Config) (*Publisher, error) {
 			Help: "Namespaces whose last reconcile of the root ConfigMap failed (0 on a replica that is not publishing).",
 		}),
 	}
+	for _, op := range []string{"create", "update"} {
+		p.writes.WithLabelValues(op) // exported as 0 before the first write
+	}
 	if r := cfg.Registerer; r != nil {
 		for _, c := range []prometheus.Collector{p.writes, p.errs, p.failing} {
 			if err := r.Register(c); err != nil {

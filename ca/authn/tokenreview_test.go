@@ -8,14 +8,18 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/meshid/meshid/ca"
@@ -335,4 +339,182 @@ func TestTokenReviewCallerCancels(t *testing.T) {
 	if n := api.calls.Load(); n != 1 {
 		t.Fatalf("API calls %d, want 1", n)
 	}
+}
+
+// lockFreeReviews answers TokenReview creates through api.answer without
+// the fake clientset's reactor chain, which holds a mutex while a reactor
+// runs: a caller blocked in answer must not block the others on that
+// mutex, or synctest.Wait (which waits for durably blocked goroutines, and
+// a mutex is not) would never return.
+type lockFreeReviews struct {
+	authenticationv1client.TokenReviewInterface
+	api *fakeAPI
+}
+
+func (r lockFreeReviews) Create(_ context.Context, tr *authenticationv1.TokenReview, _ metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
+	r.api.calls.Add(1)
+	st, err := r.api.answer(tr.Spec.Token, tr.Spec.Audiences)
+	if err != nil {
+		return nil, err
+	}
+	out := tr.DeepCopy()
+	out.Status = st
+	return out, nil
+}
+
+type lockFreeAuthn struct {
+	authenticationv1client.AuthenticationV1Interface
+	api *fakeAPI
+}
+
+func (a lockFreeAuthn) TokenReviews() authenticationv1client.TokenReviewInterface {
+	return lockFreeReviews{a.AuthenticationV1Interface.TokenReviews(), a.api}
+}
+
+type lockFreeClient struct {
+	kubernetes.Interface
+	api *fakeAPI
+}
+
+func (c lockFreeClient) AuthenticationV1() authenticationv1client.AuthenticationV1Interface {
+	return lockFreeAuthn{c.Interface.AuthenticationV1(), c.api}
+}
+
+// inBubble builds a TokenReview whose API answers through answer, inside a
+// synctest bubble: synctest.Wait then returns once every caller is parked,
+// either in the API call or waiting for another caller's review.
+func inBubble(t *testing.T, answer func(string, []string) (authenticationv1.TokenReviewStatus, error)) (*authn.TokenReview, *fakeAPI) {
+	t.Helper()
+	api := &fakeAPI{answer: answer}
+	tr, err := authn.NewTokenReview(authn.TokenReviewConfig{Client: lockFreeClient{fake.NewClientset(), api}, Clock: clock.NewFake(t0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, api
+}
+
+// authenticateAll runs Authenticate for every token at once and returns
+// their errors, in order, once release has been closed by the caller.
+func authenticateAll(tr *authn.TokenReview, tokens []string) func() []error {
+	errs := make([]error, len(tokens))
+	var wg sync.WaitGroup
+	for i, tok := range tokens {
+		wg.Go(func() {
+			_, errs[i] = tr.Authenticate(context.Background(), authn.Credentials{Token: tok})
+		})
+	}
+	return func() []error { wg.Wait(); return errs }
+}
+
+// Reviews of the same token in flight at once are made once, whether the
+// API server accepts the token or cannot answer; different tokens are not
+// serialised behind each other.
+func TestTokenReviewSingleFlight(t *testing.T) {
+	const callers = 1000 // a restart storm's retries of one token
+	t.Run("same token, accepted", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			release := make(chan struct{})
+			tr, api := inBubble(t, func(string, []string) (authenticationv1.TokenReviewStatus, error) {
+				<-release
+				return saStatus("ns", "sa", "istio-ca"), nil
+			})
+			wait := authenticateAll(tr, slices.Repeat([]string{"opaque-same"}, callers))
+			synctest.Wait() // every caller is parked
+			if n := api.calls.Load(); n != 1 {
+				t.Fatalf("%d API calls in flight for one token, want 1", n)
+			}
+			close(release)
+			for i, err := range wait() {
+				if err != nil {
+					t.Fatalf("caller %d: %v", i, err)
+				}
+			}
+			// The shared result was cached once: the next caller hits it.
+			if _, err := tr.Authenticate(context.Background(), authn.Credentials{Token: "opaque-same"}); err != nil || api.calls.Load() != 1 {
+				t.Fatalf("after the flight: err %v, %d API calls, want nil and 1", err, api.calls.Load())
+			}
+		})
+	})
+	t.Run("same token, API server failing", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			release := make(chan struct{})
+			tr, api := inBubble(t, func(string, []string) (authenticationv1.TokenReviewStatus, error) {
+				<-release
+				return authenticationv1.TokenReviewStatus{}, apierrors.NewServiceUnavailable("overloaded")
+			})
+			wait := authenticateAll(tr, slices.Repeat([]string{"opaque-same"}, callers))
+			synctest.Wait()
+			if n := api.calls.Load(); n != 1 {
+				t.Fatalf("%d API calls in flight for one token, want 1", n)
+			}
+			close(release)
+			for _, err := range wait() {
+				wantKind(t, err, ca.KindUnavailable, "opaque-same")
+			}
+			// An error is not cached: the next caller asks again.
+			_, _ = tr.Authenticate(context.Background(), authn.Credentials{Token: "opaque-same"})
+			if n := api.calls.Load(); n != 2 {
+				t.Fatalf("%d API calls after a failed flight, want 2", n)
+			}
+		})
+	})
+	t.Run("different tokens in parallel", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			release := make(chan struct{})
+			tr, api := inBubble(t, func(string, []string) (authenticationv1.TokenReviewStatus, error) {
+				<-release
+				return saStatus("ns", "sa", "istio-ca"), nil
+			})
+			var tokens []string
+			for i := range 50 {
+				tokens = append(tokens, fmt.Sprintf("opaque-%d", i), fmt.Sprintf("opaque-%d", i))
+			}
+			wait := authenticateAll(tr, tokens)
+			synctest.Wait()
+			if n := api.calls.Load(); n != 50 {
+				t.Fatalf("%d API calls in flight for 50 tokens (each sent twice), want 50", n)
+			}
+			close(release)
+			for i, err := range wait() {
+				if err != nil {
+					t.Fatalf("caller %d: %v", i, err)
+				}
+			}
+		})
+	})
+}
+
+// Single-flight does not let the cache grow past its bound: a storm of
+// distinct tokens through a small cache evicts, and the first token is
+// reviewed again.
+func TestTokenReviewSingleFlightKeepsCacheBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &fakeAPI{answer: func(string, []string) (authenticationv1.TokenReviewStatus, error) {
+			return saStatus("ns", "sa", "istio-ca"), nil
+		}}
+		tr, _ := newTokenReview(t, api, clock.NewFake(t0), 4)
+		var tokens []string
+		for i := range 200 {
+			tokens = append(tokens, fmt.Sprintf("opaque-%d", i))
+		}
+		for i, err := range authenticateAll(tr, tokens)() {
+			if err != nil {
+				t.Fatalf("caller %d: %v", i, err)
+			}
+		}
+		before := api.calls.Load()
+		hits := 0
+		for _, tok := range tokens {
+			n := api.calls.Load()
+			if _, err := tr.Authenticate(context.Background(), authn.Credentials{Token: tok}); err != nil {
+				t.Fatal(err)
+			}
+			if api.calls.Load() == n {
+				hits++
+			}
+		}
+		if before != 200 || hits > 4 {
+			t.Fatalf("%d reviews for 200 tokens (want 200), then %d of 200 answered from a cache of 4", before, hits)
+		}
+	})
 }

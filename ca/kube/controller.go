@@ -2,12 +2,15 @@ package kube
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshid/meshid/ca/keystore"
@@ -18,13 +21,51 @@ import (
 	"github.com/meshid/meshid/internal/clock"
 )
 
+// RootSource holds the CA's current bundle; *ca.Authority is one.
+type RootSource interface {
+	Bundle() *keystore.Bundle
+}
+
+// DefaultRootPollInterval is how often a Controller with a RootSource looks
+// for a new bundle: a pointer comparison, so cheap; a root change reaches
+// the ConfigMaps within about this long.
+const DefaultRootPollInterval = time.Second
+
 // Config configures a Controller. Zero values take the defaults of the
 // election, secretstore and rootpublisher packages.
+//
+// Where the CA key lives decides the mode:
+//
+//   - Roots nil: in a Secret. Every replica loads and watches it
+//     (secretstore), the leader creates a self-signed one when none exists,
+//     and the leader publishes its roots.
+//   - Roots set: elsewhere (a state directory, a mounted cacerts directory,
+//     an HSM). The Controller only elects a leader, which publishes the
+//     roots the source holds and follows their changes.
 type Config struct {
-	Client      kubernetes.Interface // required
-	Namespace   string               // the CA's namespace (POD_NAMESPACE); required
-	Identity    string               // this replica, e.g. the pod name; required
-	TrustDomain string               // required; names the self-signed root
+	// Client is the controllers' client (ca/kube/client's Controllers),
+	// never the one that sends TokenReviews. Required.
+	Client    kubernetes.Interface
+	Namespace string // the CA's namespace (POD_NAMESPACE); required
+	Identity  string // this replica, e.g. the pod name; required
+	// TrustDomain names the self-signed root; required without Roots.
+	TrustDomain string
+
+	// Roots is the bundle to publish when the key is not in a Secret;
+	// nil = the Secret keystore.
+	Roots RootSource
+	// RootPollInterval is how often Roots is checked for a new bundle;
+	// 0 = DefaultRootPollInterval.
+	RootPollInterval time.Duration
+
+	// DisablePublisher turns the root ConfigMap publisher off (a mesh
+	// where istiod still publishes it). With Roots set and the publisher
+	// off, the Controller has nothing to do and does not elect.
+	DisablePublisher bool
+	// PublishNamespaces selects the namespaces that get the root
+	// ConfigMap; nil = rootpublisher.DefaultNamespaceSelector (all but
+	// kube-system, kube-public, kube-node-lease).
+	PublishNamespaces labels.Selector
 
 	RootKeyType certs.KeyType // key of a self-signed root created by the leader
 	RootTTL     time.Duration // its lifetime; 0 = the keystore default
@@ -47,9 +88,12 @@ type Config struct {
 // Run it; use Bind or Subscribe to feed its bundles to the Authority.
 type Controller struct {
 	log       *slog.Logger
-	store     *secretstore.Store
-	publisher *rootpublisher.Publisher
-	elector   *election.Elector
+	clock     clock.Clock
+	roots     RootSource               // nil in the Secret mode
+	poll      time.Duration            // of roots
+	store     *secretstore.Store       // nil unless the Secret mode
+	publisher *rootpublisher.Publisher // nil when disabled
+	elector   *election.Elector        // nil when there is nothing to lead
 }
 
 // New validates cfg and builds the Controller. It starts nothing.
@@ -58,31 +102,38 @@ func New(cfg Config) (*Controller, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	store, err := secretstore.New(secretstore.Config{
-		Client:            cfg.Client,
-		Namespace:         cfg.Namespace,
-		SecretName:        cfg.SecretName,
-		PluggedSecretName: cfg.PluggedSecretName,
-		TrustDomain:       cfg.TrustDomain,
-		KeyType:           cfg.RootKeyType,
-		RootTTL:           cfg.RootTTL,
-		Clock:             cfg.Clock,
-		Logger:            log,
-		Registerer:        cfg.Registerer,
-	})
-	if err != nil {
-		return nil, err
+	if cfg.RootPollInterval < 0 {
+		return nil, fmt.Errorf("kube: negative root poll interval %s", cfg.RootPollInterval)
 	}
-	pub, err := rootpublisher.New(rootpublisher.Config{
-		Client:        cfg.Client,
-		ConfigMapName: cfg.ConfigMapName,
-		Logger:        log,
-		Registerer:    cfg.Registerer,
-	})
-	if err != nil {
-		return nil, err
+	if cfg.RootPollInterval == 0 {
+		cfg.RootPollInterval = DefaultRootPollInterval
 	}
-	c := &Controller{log: log, store: store, publisher: pub}
+	c := &Controller{log: log, clock: clock.OrReal(cfg.Clock), roots: cfg.Roots, poll: cfg.RootPollInterval}
+	if cfg.Roots == nil {
+		if err := c.newStore(cfg); err != nil {
+			return nil, err
+		}
+	} else if cfg.Client == nil {
+		return nil, errors.New("kube: Client is required")
+	}
+	if !cfg.DisablePublisher {
+		pub, err := rootpublisher.New(rootpublisher.Config{
+			Client:        cfg.Client,
+			ConfigMapName: cfg.ConfigMapName,
+			Namespaces:    cfg.PublishNamespaces,
+			Clock:         cfg.Clock,
+			Logger:        log,
+			Registerer:    cfg.Registerer,
+		})
+		if err != nil {
+			return nil, err
+		}
+		c.publisher = pub
+	}
+	if c.store == nil && c.publisher == nil {
+		return c, nil // nothing a leader would do
+	}
+	var err error
 	c.elector, err = election.New(election.Config{
 		Client:        cfg.Client,
 		Namespace:     cfg.Namespace,
@@ -98,56 +149,143 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The publisher follows the store's roots for the Controller's lifetime.
-	store.Subscribe(func(b *keystore.Bundle) { pub.SetRoots(b.Roots) })
+	if c.store != nil && c.publisher != nil {
+		// The publisher follows the store's roots for the Controller's lifetime.
+		c.store.Subscribe(func(b *keystore.Bundle) { c.publisher.SetRoots(b.Roots) })
+	}
 	return c, nil
 }
 
-// Run watches the CA Secrets and campaigns for leadership until ctx ends.
+// newStore builds the Secret keystore.
+func (c *Controller) newStore(cfg Config) error {
+	store, err := secretstore.New(secretstore.Config{
+		Client:            cfg.Client,
+		Namespace:         cfg.Namespace,
+		SecretName:        cfg.SecretName,
+		PluggedSecretName: cfg.PluggedSecretName,
+		TrustDomain:       cfg.TrustDomain,
+		KeyType:           cfg.RootKeyType,
+		RootTTL:           cfg.RootTTL,
+		Clock:             cfg.Clock,
+		Logger:            c.log,
+		Registerer:        cfg.Registerer,
+	})
+	if err != nil {
+		return err
+	}
+	c.store = store
+	return nil
+}
+
+// Run watches the CA Secrets (or the RootSource) and campaigns for
+// leadership until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return c.store.Run(ctx) })
-	g.Go(func() error { return c.elector.Run(ctx) })
+	if c.store != nil {
+		g.Go(func() error { return c.store.Run(ctx) })
+	}
+	if c.roots != nil && c.publisher != nil {
+		g.Go(func() error { c.followRoots(ctx); return nil })
+	}
+	if c.elector != nil {
+		g.Go(func() error { return c.elector.Run(ctx) })
+	}
+	<-ctx.Done()
 	return g.Wait()
+}
+
+// followRoots hands the RootSource's roots to the publisher now and
+// whenever its bundle changes. Polling an atomic pointer is what lets any
+// key holder (a state directory, a watched cacerts mount, a Secret) feed
+// the publisher without telling it.
+func (c *Controller) followRoots(ctx context.Context) {
+	var last *keystore.Bundle
+	t := c.clock.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if b := c.roots.Bundle(); b != nil && b != last {
+			c.publisher.SetRoots(b.Roots) // a no-op when the roots did not change
+			last = b
+		}
+		t.Reset(c.poll)
+	}
 }
 
 // lead runs the leader-only tasks until ctx ends.
 func (c *Controller) lead(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if err := c.store.Bootstrap(ctx); err != nil {
-			c.log.Error("kube: root Secret bootstrap stopped", "error", err)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		if err := c.publisher.Run(ctx); err != nil {
-			c.log.Error("kube: root ConfigMap publisher stopped", "error", err)
-		}
-	}()
+	if c.store != nil {
+		wg.Go(func() {
+			if err := c.store.Bootstrap(ctx); err != nil {
+				c.log.Error("kube: root Secret bootstrap stopped", "error", err)
+			}
+		})
+	}
+	if c.publisher != nil {
+		wg.Go(func() {
+			if err := c.publisher.Run(ctx); err != nil {
+				c.log.Error("kube: root ConfigMap publisher stopped", "error", err)
+			}
+		})
+	}
 	wg.Wait()
 }
 
-// Ready returns nil once a CA bundle has been loaded from a Secret.
-func (c *Controller) Ready() error { return c.store.Ready() }
+// Ready returns nil once a CA bundle has been loaded from a Secret (in the
+// Secret mode) and while the publisher, on the leader, has no namespace
+// failing for longer than its grace period.
+func (c *Controller) Ready() error {
+	if c.store != nil {
+		if err := c.store.Ready(); err != nil {
+			return err
+		}
+	}
+	if c.publisher != nil {
+		return c.publisher.Ready()
+	}
+	return nil
+}
 
 // Bundle returns the CA bundle in use, or nil before the first load.
-func (c *Controller) Bundle() *keystore.Bundle { return c.store.Bundle() }
+func (c *Controller) Bundle() *keystore.Bundle {
+	if c.store == nil {
+		return c.roots.Bundle()
+	}
+	return c.store.Bundle()
+}
 
-// Source returns the name of the Secret the bundle came from, or "".
-func (c *Controller) Source() string { return c.store.Source() }
+// Source returns the name of the Secret the bundle came from, or "" (and
+// always "" with a RootSource).
+func (c *Controller) Source() string {
+	if c.store == nil {
+		return ""
+	}
+	return c.store.Source()
+}
 
 // WaitForBundle blocks until a bundle is loaded (Run must be running) or
-// ctx ends. Use its result to construct the Authority.
+// ctx ends. Use its result to construct the Authority. With a RootSource it
+// returns the source's bundle.
 func (c *Controller) WaitForBundle(ctx context.Context) (*keystore.Bundle, error) {
+	if c.store == nil {
+		return c.roots.Bundle(), nil
+	}
 	return c.store.WaitForBundle(ctx)
 }
 
 // Subscribe calls fn with the current bundle, if any, and with every new
-// one. fn must be quick and must not call Subscribe or Bind.
+// one. fn must be quick and must not call Subscribe or Bind. With a
+// RootSource there is nothing to subscribe to (the source is the
+// Authority): fn is not called.
 func (c *Controller) Subscribe(fn func(*keystore.Bundle)) (cancel func()) {
+	if c.store == nil {
+		return func() {}
+	}
 	return c.store.Subscribe(fn)
 }
 
@@ -159,6 +297,9 @@ type BundleSetter interface {
 // Bind hands the current bundle and every later one to s, logging (and
 // otherwise ignoring) bundles that s rejects.
 func (c *Controller) Bind(s BundleSetter) (cancel func()) {
+	if c.store == nil {
+		return func() {}
+	}
 	return c.store.Subscribe(func(b *keystore.Bundle) {
 		if err := s.SetBundle(b); err != nil {
 			c.log.Error("kube: the Authority rejected the new CA bundle; keeping the previous one",
@@ -168,7 +309,12 @@ func (c *Controller) Bind(s BundleSetter) (cancel func()) {
 }
 
 // IsLeader reports whether this replica runs the leader-only tasks.
-func (c *Controller) IsLeader() bool { return c.elector.IsLeader() }
+func (c *Controller) IsLeader() bool { return c.elector != nil && c.elector.IsLeader() }
 
 // Leader returns the identity of the last observed leader, or "".
-func (c *Controller) Leader() string { return c.elector.Leader() }
+func (c *Controller) Leader() string {
+	if c.elector == nil {
+		return ""
+	}
+	return c.elector.Leader()
+}

@@ -5,9 +5,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +21,7 @@ import (
 	"github.com/meshid/meshid/ca/kube"
 	"github.com/meshid/meshid/ca/kube/internal/kubetest"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
 )
 
@@ -220,4 +223,126 @@ func TestNewValidates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rootSource is a RootSource whose bundle the test swaps, as
+// ca.Authority.SetBundle does.
+type rootSource struct {
+	b atomic.Pointer[keystore.Bundle]
+}
+
+func (s *rootSource) Bundle() *keystore.Bundle { return s.b.Load() }
+
+func selfSignedBundle(t *testing.T, org string) *keystore.Bundle {
+	t.Helper()
+	b, _, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: org})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func newRootsController(t *testing.T, client *fake.Clientset, id string, src kube.RootSource, clk clock.Clock, modify func(*kube.Config)) *kube.Controller {
+	t.Helper()
+	cfg := kube.Config{
+		Client:        client,
+		Namespace:     caNS,
+		Identity:      id,
+		Roots:         src,
+		Clock:         clk,
+		LeaseDuration: time.Second,
+		RenewDeadline: 500 * time.Millisecond,
+		RetryPeriod:   100 * time.Millisecond,
+	}
+	if modify != nil {
+		modify(&cfg)
+	}
+	c, err := kube.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Run(t, id, c.Run)
+	return c
+}
+
+// With the key held elsewhere (a state directory, a plugged --ca-dir), the
+// replicas elect one leader, which publishes the source's roots and follows
+// their changes; no Secret is read or written.
+func TestRootSourcePublishedByOneLeader(t *testing.T) {
+	client := fake.NewClientset(namespace(caNS), namespace("app"), namespace("kube-system"))
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	src := &rootSource{}
+	a := selfSignedBundle(t, "A")
+	src.b.Store(a)
+	ctrls := []*kube.Controller{
+		newRootsController(t, client, "ca-0", src, clk, nil),
+		newRootsController(t, client, "ca-1", src, clk, nil),
+	}
+	want := string(certs.EncodeCertificates(a.Roots...))
+	kubetest.Eventually(t, "root ConfigMap in app", func() bool { return rootConfigMap(client, "app") == want })
+	if ctrls[0].IsLeader() == ctrls[1].IsLeader() {
+		t.Errorf("leaders: ca-0 %v, ca-1 %v; want exactly one", ctrls[0].IsLeader(), ctrls[1].IsLeader())
+	}
+	for _, c := range ctrls {
+		if err := c.Ready(); err != nil {
+			t.Errorf("not ready: %v", err)
+		}
+		if c.Bundle() != a {
+			t.Error("Bundle is not the source's")
+		}
+	}
+	if rootConfigMap(client, "kube-system") != "" {
+		t.Error("published to kube-system by default")
+	}
+	if n := count(client, "list", "secrets") + count(client, "create", "secrets"); n != 0 {
+		t.Errorf("%d Secret requests without the Secret keystore", n)
+	}
+
+	// The Authority's bundle changes (a rotated cacerts directory): the
+	// ConfigMaps follow within a poll interval.
+	b := selfSignedBundle(t, "B")
+	src.b.Store(b)
+	want = string(certs.EncodeCertificates(b.Roots...))
+	kubetest.Eventually(t, "new root in app", func() bool {
+		clk.Add(kube.DefaultRootPollInterval)
+		return rootConfigMap(client, "app") == want
+	})
+}
+
+func TestPublisherSwitchedOff(t *testing.T) {
+	t.Run("key elsewhere: nothing to lead", func(t *testing.T) {
+		client := fake.NewClientset(namespace(caNS), namespace("app"))
+		src := &rootSource{}
+		src.b.Store(selfSignedBundle(t, "A"))
+		reg := prometheus.NewRegistry()
+		c := newRootsController(t, client, "ca-0", src, nil, func(c *kube.Config) { c.DisablePublisher = true; c.Registerer = reg })
+		if err := c.Ready(); err != nil {
+			t.Fatal(err)
+		}
+		// Neither an elector nor a publisher was built (each registers its
+		// metrics in New), so Run neither campaigns nor publishes.
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			t.Errorf("metric %s registered with nothing to do", mf.GetName())
+		}
+		if c.IsLeader() || c.Leader() != "" {
+			t.Error("a Controller with nothing to lead reports a leader")
+		}
+	})
+	t.Run("key in a Secret: the store still runs", func(t *testing.T) {
+		client := fake.NewClientset(namespace(caNS), namespace("app"))
+		c, err := kube.New(kube.Config{Client: client, Namespace: caNS, Identity: "ca-0", TrustDomain: "cluster.local",
+			DisablePublisher: true, LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testkit.Run(t, "controller", c.Run)
+		kubetest.Eventually(t, "bootstrapped and loaded", func() bool { return c.Ready() == nil })
+		if n := count(client, "create", "configmaps") + count(client, "list", "configmaps"); n != 0 {
+			t.Errorf("%d ConfigMap requests with the publisher off", n)
+		}
+	})
 }

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +26,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
 )
 
 // Defaults, Istio's names.
@@ -31,7 +35,19 @@ const (
 	DefaultKey           = "root-cert.pem"
 	ManagedByLabel       = "app.kubernetes.io/managed-by"
 	ManagedByValue       = "meshid"
+
+	// DefaultNamespaceSelector selects every namespace but Kubernetes' own,
+	// where no mesh workload runs (istiod's discovery selectors leave them
+	// out the same way). The API server labels every namespace with
+	// kubernetes.io/metadata.name = its name.
+	DefaultNamespaceSelector = corev1.LabelMetadataName + " notin (kube-system,kube-public,kube-node-lease)"
+
+	DefaultFailureGrace = 30 * time.Second
+	DefaultLogInterval  = time.Minute
 )
+
+// ErrNotPublished is wrapped by Ready while some namespace lacks the roots.
+var ErrNotPublished = errors.New("rootpublisher: root ConfigMap not published")
 
 // Config configures a Publisher.
 type Config struct {
@@ -40,7 +56,21 @@ type Config struct {
 	Key           string               // data key; "" = DefaultKey
 	// Workers is the number of reconcile goroutines; 0 = 2.
 	Workers int
+	// Namespaces selects the namespaces to publish to, by label (a
+	// namespace's own name is its kubernetes.io/metadata.name label); nil
+	// = DefaultNamespaceSelector, labels.Everything() = all. A namespace
+	// that leaves the selection keeps its ConfigMap (nothing is deleted).
+	Namespaces labels.Selector
+	// FailureGrace is how long a namespace may keep failing (conflicts of
+	// a stale cache and other retried errors) before Ready reports it;
+	// 0 = DefaultFailureGrace.
+	FailureGrace time.Duration
+	// LogInterval is the least time between two failure logs for one
+	// namespace; failures in between are counted in the next line.
+	// 0 = DefaultLogInterval.
+	LogInterval time.Duration
 
+	Clock      clock.Clock           // nil = real time
 	Logger     *slog.Logger          // nil = slog.Default()
 	Registerer prometheus.Registerer // nil = no metrics
 }
@@ -48,14 +78,25 @@ type Config struct {
 // Publisher keeps the root ConfigMap in every namespace. Create it with New,
 // set the roots with SetRoots (any time), and call Run while leading.
 type Publisher struct {
-	cfg    Config
-	log    *slog.Logger
-	writes *prometheus.CounterVec
-	errs   prometheus.Counter
+	cfg     Config
+	clock   clock.Clock
+	log     *slog.Logger
+	writes  *prometheus.CounterVec
+	errs    prometheus.Counter
+	failing prometheus.Gauge
 
-	mu      sync.Mutex
-	rootPEM []byte
-	run     *run // the active Run, or nil
+	mu       sync.Mutex
+	rootPEM  []byte
+	run      *run                // the active Run, or nil
+	failures map[string]*failure // namespaces whose last reconcile failed
+}
+
+// failure is a namespace's run of failed reconciles.
+type failure struct {
+	since      time.Time // first failure of the run
+	lastLog    time.Time
+	suppressed int // failures not logged since lastLog
+	err        error
 }
 
 // run is the state of one Run: its informers and queue.
@@ -79,13 +120,28 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 2
 	}
+	if cfg.Namespaces == nil {
+		sel, err := labels.Parse(DefaultNamespaceSelector)
+		if err != nil {
+			return nil, fmt.Errorf("rootpublisher: %w", err)
+		}
+		cfg.Namespaces = sel
+	}
+	if cfg.FailureGrace <= 0 {
+		cfg.FailureGrace = DefaultFailureGrace
+	}
+	if cfg.LogInterval <= 0 {
+		cfg.LogInterval = DefaultLogInterval
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	p := &Publisher{
-		cfg: cfg,
-		log: log.With("component", "rootpublisher", "configmap", cfg.ConfigMapName),
+		cfg:      cfg,
+		clock:    clock.OrReal(cfg.Clock),
+		failures: map[string]*failure{},
+		log:      log.With("component", "rootpublisher", "configmap", cfg.ConfigMapName),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshid_ca_root_configmap_writes_total",
 			Help: "Writes of the root ConfigMap, by operation (create or update).",
@@ -94,9 +150,16 @@ func New(cfg Config) (*Publisher, error) {
 			Name: "meshid_ca_root_configmap_errors_total",
 			Help: "Failed reconciles of the root ConfigMap (each is retried with backoff).",
 		}),
+		failing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshid_ca_root_configmap_failing_namespaces",
+			Help: "Namespaces whose last reconcile of the root ConfigMap failed (0 on a replica that is not publishing).",
+		}),
+	}
+	for _, op := range []string{"create", "update"} {
+		p.writes.WithLabelValues(op) // exported as 0 before the first write
 	}
 	if r := cfg.Registerer; r != nil {
-		for _, c := range []prometheus.Collector{p.writes, p.errs} {
+		for _, c := range []prometheus.Collector{p.writes, p.errs, p.failing} {
 			if err := r.Register(c); err != nil {
 				return nil, fmt.Errorf("rootpublisher: register metrics: %w", err)
 			}
@@ -134,7 +197,83 @@ func (p *Publisher) enqueueAllLocked(r *run) {
 		return
 	}
 	for _, ns := range nss {
-		r.queue.Add(ns.Name)
+		if p.selected(ns) {
+			r.queue.Add(ns.Name)
+		}
+	}
+}
+
+// selected reports whether the namespace is one to publish to. The name
+// label is set by the API server; it is filled in here for objects that
+// lack it (fake clients, very old servers) so that a selector on names
+// works the same everywhere.
+func (p *Publisher) selected(ns *corev1.Namespace) bool {
+	set := labels.Set(ns.Labels)
+	if _, ok := set[corev1.LabelMetadataName]; !ok {
+		set = labels.Merge(set, labels.Set{corev1.LabelMetadataName: ns.Name})
+	}
+	return p.cfg.Namespaces.Matches(set)
+}
+
+// Ready returns an error wrapping ErrNotPublished while some namespace has
+// failed to reconcile for at least Config.FailureGrace (RBAC revoked, an
+// admission webhook refusing the ConfigMap, ...), nil otherwise, and nil
+// on a replica that is not running the Publisher.
+func (p *Publisher) Ready() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now()
+	var late []string
+	for ns, f := range p.failures {
+		if now.Sub(f.since) >= p.cfg.FailureGrace {
+			late = append(late, ns)
+		}
+	}
+	if len(late) == 0 {
+		return nil
+	}
+	sort.Strings(late)
+	f := p.failures[late[0]]
+	return fmt.Errorf("%w in %d namespace(s) for %s or more (%s: %v)",
+		ErrNotPublished, len(late), p.cfg.FailureGrace, strings.Join(late[:min(len(late), 5)], ", "), f.err)
+}
+
+// failed records a failed reconcile of ns and logs it, at most once per
+// LogInterval per namespace.
+func (p *Publisher) failed(ns string, err error, attempts int) {
+	now := p.clock.Now()
+	p.mu.Lock()
+	f, ok := p.failures[ns]
+	if !ok {
+		f = &failure{since: now}
+		p.failures[ns] = f
+		p.failing.Set(float64(len(p.failures)))
+	}
+	f.err = err
+	logIt := !ok || now.Sub(f.lastLog) >= p.cfg.LogInterval
+	suppressed := f.suppressed
+	if logIt {
+		f.lastLog, f.suppressed = now, 0
+	} else {
+		f.suppressed++
+	}
+	failingFor := now.Sub(f.since)
+	p.mu.Unlock()
+	p.errs.Inc()
+	if logIt {
+		p.log.Warn("reconcile root ConfigMap; retrying", "namespace", ns, "error", err,
+			"attempts", attempts, "failing_for", failingFor, "unlogged_failures", suppressed)
+	}
+}
+
+// recovered forgets ns's failures (reconciled, gone, or deselected).
+func (p *Publisher) recovered(ns string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f, ok := p.failures[ns]; ok {
+		delete(p.failures, ns)
+		p.failing.Set(float64(len(p.failures)))
+		p.log.Info("root ConfigMap reconciled after failures", "namespace", ns, "failed_for", p.clock.Now().Sub(f.since))
 	}
 }
 
@@ -189,6 +328,9 @@ func (p *Publisher) Run(ctx context.Context) error {
 	defer func() {
 		p.mu.Lock()
 		p.run = nil
+		// Another replica publishes now: its failures are its own.
+		clear(p.failures)
+		p.failing.Set(0)
 		p.mu.Unlock()
 	}()
 
@@ -199,7 +341,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), nsInf.Informer().HasSynced, cmInf.Informer().HasSynced) {
 		return nil // ctx ended
 	}
-	p.log.Info("publishing the root ConfigMap to every namespace")
+	p.log.Info("publishing the root ConfigMap", "namespaces", p.cfg.Namespaces.String())
 
 	var wg sync.WaitGroup
 	for range p.cfg.Workers {
@@ -250,13 +392,12 @@ func (p *Publisher) processNext(ctx context.Context, r *run) bool {
 		if ctx.Err() != nil {
 			return true
 		}
-		p.errs.Inc()
-		p.log.Warn("reconcile root ConfigMap; retrying", "namespace", ns, "error", err,
-			"attempts", r.queue.NumRequeues(ns)+1)
+		p.failed(ns, err, r.queue.NumRequeues(ns)+1)
 		r.queue.AddRateLimited(ns)
 		return true
 	}
 	r.queue.Forget(ns)
+	p.recovered(ns)
 	return true
 }
 
@@ -275,6 +416,9 @@ func (p *Publisher) reconcile(ctx context.Context, r *run, nsName string) error 
 	}
 	if ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
 		return nil // creating objects in a terminating namespace is forbidden
+	}
+	if !p.selected(ns) {
+		return nil // not ours to publish to (any more)
 	}
 	cms := p.cfg.Client.CoreV1().ConfigMaps(nsName)
 	cm, err := r.configMaps.ConfigMaps(nsName).Get(p.cfg.ConfigMapName)

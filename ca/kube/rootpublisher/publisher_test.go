@@ -3,17 +3,26 @@ package rootpublisher_test
 import (
 	"context"
 	"crypto/x509"
+	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/meshid/meshid/ca/kube/internal/kubetest"
 	"github.com/meshid/meshid/ca/kube/rootpublisher"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
 )
 
@@ -28,8 +37,15 @@ type harness struct {
 
 func newHarness(t *testing.T, workers int, objs ...runtime.Object) *harness {
 	t.Helper()
+	return newHarnessWith(t, func(c *rootpublisher.Config) { c.Workers = workers }, objs...)
+}
+
+func newHarnessWith(t *testing.T, modify func(*rootpublisher.Config), objs ...runtime.Object) *harness {
+	t.Helper()
 	h := &harness{t: t, client: fake.NewClientset(objs...), reg: prometheus.NewRegistry()}
-	p, err := rootpublisher.New(rootpublisher.Config{Client: h.client, Workers: workers, Registerer: h.reg})
+	cfg := rootpublisher.Config{Client: h.client, Registerer: h.reg}
+	modify(&cfg)
+	p, err := rootpublisher.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,15 +121,187 @@ func root(t *testing.T, org string) *x509.Certificate {
 
 func TestPublishesToEveryNamespace(t *testing.T) {
 	rootA := root(t, "A")
-	h := newHarness(t, 0, namespace("default"), namespace("kube-system"), namespace("team-a"))
+	h := newHarness(t, 0, namespace("default"), namespace("kube-system"), namespace("kube-public"), namespace("kube-node-lease"), namespace("team-a"))
 	h.pub.SetRoots([]*x509.Certificate{rootA})
 	h.run()
-	for _, ns := range []string{"default", "kube-system", "team-a"} {
+	for _, ns := range []string{"default", "team-a"} {
 		h.waitPublished(ns, rootA)
 	}
 	// A namespace created later gets it too.
 	h.createNamespace("team-b")
 	h.waitPublished("team-b", rootA)
+	// Kubernetes' own namespaces are left out by default (every namespace
+	// was queued before team-b, so they have been reconciled by now).
+	for _, ns := range []string{"kube-system", "kube-public", "kube-node-lease"} {
+		if h.configMap(ns) != nil || h.writes(ns) != 0 {
+			t.Errorf("published to %s, which the default selector leaves out", ns)
+		}
+	}
+}
+
+func TestNamespaceSelector(t *testing.T) {
+	rootA := root(t, "A")
+	meshed := namespace("meshed")
+	meshed.Labels = map[string]string{"istio-injection": "enabled"}
+	t.Run("everything", func(t *testing.T) {
+		h := newHarnessWith(t, func(c *rootpublisher.Config) { c.Namespaces = labels.Everything() },
+			namespace("kube-system"), namespace("app"))
+		h.pub.SetRoots([]*x509.Certificate{rootA})
+		h.run()
+		h.waitPublished("kube-system", rootA)
+		h.waitPublished("app", rootA)
+	})
+	t.Run("by label", func(t *testing.T) {
+		sel, err := labels.Parse("istio-injection=enabled")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newHarnessWith(t, func(c *rootpublisher.Config) { c.Namespaces = sel; c.Workers = 1 },
+			namespace("plain"), meshed.DeepCopy())
+		h.pub.SetRoots([]*x509.Certificate{rootA})
+		h.run()
+		h.waitPublished("meshed", rootA)
+		// A namespace labelled later is published to.
+		ns, err := h.client.CoreV1().Namespaces().Get(context.Background(), "plain", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns.Labels = map[string]string{"istio-injection": "enabled"}
+		if _, err := h.client.CoreV1().Namespaces().Update(context.Background(), ns, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		h.waitPublished("plain", rootA)
+	})
+	t.Run("deselected", func(t *testing.T) {
+		sel, err := labels.Parse("istio-injection=enabled")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One worker, FIFO: "meshed" is reconciled after "plain".
+		h := newHarnessWith(t, func(c *rootpublisher.Config) { c.Namespaces = sel; c.Workers = 1 },
+			namespace("plain"), meshed.DeepCopy())
+		h.pub.SetRoots([]*x509.Certificate{rootA})
+		h.run()
+		h.waitPublished("meshed", rootA)
+		if h.configMap("plain") != nil {
+			t.Error("published to a namespace the selector leaves out")
+		}
+	})
+}
+
+// failingClient makes ConfigMap writes in namespace ns fail with Forbidden
+// (the CA's RBAC broken) while broken is set.
+func failingClient(h *harness, ns string, broken *atomic.Bool) {
+	h.client.PrependReactor("*", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if (a.GetVerb() == "create" || a.GetVerb() == "update") && a.GetNamespace() == ns && broken.Load() {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "istio-ca-root-cert", errors.New("RBAC: access denied"))
+		}
+		return false, nil, nil
+	})
+}
+
+// touch updates namespace ns, which makes the Publisher reconcile it now
+// rather than after its retry backoff.
+func (h *harness) touch(ns string) {
+	h.t.Helper()
+	obj, err := h.client.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	obj = obj.DeepCopy()
+	if obj.Annotations == nil {
+		obj.Annotations = map[string]string{}
+	}
+	obj.Annotations["touched"] += "x"
+	if _, err := h.client.CoreV1().Namespaces().Update(context.Background(), obj, metav1.UpdateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// A namespace the Publisher cannot write to makes it not ready once the
+// failure outlasts the grace period, shows in a gauge, and is logged with
+// the namespace and the reason at most once per log interval; a repair
+// clears all three.
+func TestFailuresReportedAndRateLimited(t *testing.T) {
+	rootA := root(t, "A")
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	logs := testkit.NewLogRecorder()
+	var broken atomic.Bool
+	broken.Store(true)
+	h := newHarnessWith(t, func(c *rootpublisher.Config) {
+		c.Clock, c.Logger = clk, logs.Logger()
+		c.FailureGrace, c.LogInterval = 30*time.Second, time.Minute
+	}, namespace("ok"), namespace("locked"))
+	failingClient(h, "locked", &broken)
+	h.pub.SetRoots([]*x509.Certificate{rootA})
+	h.run()
+	h.waitPublished("ok", rootA)
+	// The queue retries with backoff; let it fail a few times.
+	kubetest.Eventually(t, "retries", func() bool {
+		return testkit.Metric(t, h.reg, "meshid_ca_root_configmap_errors_total") >= 3
+	})
+	if got := testkit.Metric(t, h.reg, "meshid_ca_root_configmap_failing_namespaces"); got != 1 {
+		t.Errorf("failing namespaces gauge %v, want 1", got)
+	}
+	if n := logs.CountContaining("namespace=locked"); n != 1 {
+		t.Errorf("%d failure logs within one log interval, want 1:\n%s", n, logs.All())
+	}
+	if !strings.Contains(logs.All(), "RBAC: access denied") {
+		t.Errorf("the log does not say why:\n%s", logs.All())
+	}
+	// Within the grace period a failure (a stale cache's conflict) is not
+	// worth taking the replica out of service.
+	if err := h.pub.Ready(); err != nil {
+		t.Errorf("not ready within the grace period: %v", err)
+	}
+	clk.Add(30 * time.Second)
+	err := h.pub.Ready()
+	if !errors.Is(err, rootpublisher.ErrNotPublished) || !strings.Contains(err.Error(), "locked") {
+		t.Errorf("Ready after the grace period: %v, want ErrNotPublished naming locked", err)
+	}
+	// After the log interval, the next failure is logged again.
+	clk.Add(time.Minute)
+	h.touch("locked")
+	logs.WaitForContaining(t, "namespace=locked", 2)
+
+	broken.Store(false) // RBAC fixed
+	h.touch("locked")
+	h.waitPublished("locked", rootA)
+	kubetest.Eventually(t, "recovery", func() bool {
+		return h.pub.Ready() == nil && testkit.Metric(t, h.reg, "meshid_ca_root_configmap_failing_namespaces") == 0
+	})
+}
+
+// A failure is the publishing replica's own: once its Run ends (leadership
+// lost), it no longer reports it.
+func TestFailuresForgottenWhenRunEnds(t *testing.T) {
+	rootA := root(t, "A")
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var broken atomic.Bool
+	broken.Store(true)
+	h := newHarnessWith(t, func(c *rootpublisher.Config) { c.Clock = clk }, namespace("locked"))
+	failingClient(h, "locked", &broken)
+	h.pub.SetRoots([]*x509.Certificate{rootA})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.pub.Run(ctx) }()
+	kubetest.Eventually(t, "a failure", func() bool {
+		return testkit.Metric(t, h.reg, "meshid_ca_root_configmap_failing_namespaces") == 1
+	})
+	clk.Add(time.Hour)
+	if h.pub.Ready() == nil {
+		t.Fatal("ready while failing")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := h.pub.Ready(); err != nil {
+		t.Errorf("a stopped Publisher reports %v", err)
+	}
+	if got := testkit.Metric(t, h.reg, "meshid_ca_root_configmap_failing_namespaces"); got != 0 {
+		t.Errorf("failing namespaces gauge %v after Run ended, want 0", got)
+	}
 }
 
 func TestRootsSetAfterStart(t *testing.T) {

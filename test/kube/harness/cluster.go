@@ -382,3 +382,28 @@ func FreeAddr() (string, error) {
 
 // APIServerRunning reports whether the API server process is running.
 func (c *Cluster) APIServerRunning() bool { return c.apiserver.Running() }
+
+// APIServerCPU is the CPU time the API server process has used so far.
+func (c *Cluster) APIServerCPU() (time.Duration, error) { return c.apiserver.CPUTime() }
+
+// APIServerRequests sums the API server's own apiserver_request_total
+// samples for resource (all verbs and codes), read from its /metrics.
+func (c *Cluster) APIServerRequests(ctx context.Context, resource string) (float64, error) {
+	raw, err := c.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("harness: /metrics: %w", err)
+	}
+	want := `resource="` + resource + `"`
+	sum := 0.0
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, want) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			return 0, fmt.Errorf("harness: /metrics: %q: %w", line, err)
+		}
+		sum += v
+	}
+	return sum, nil
+}

@@ -49,12 +49,17 @@ func (c *Cluster) UserKubeconfig(name, user string, groups []string) (string, er
 	return path, c.writeKubeconfig(path, certPEM, keyPEM, "")
 }
 
-// TokenConfig is a client config that authenticates with token.
+// TokenConfig is a client config that authenticates with token. Its rate
+// limits are the admin client's: client-go's default when they are left
+// zero (QPS 5, burst 10) would make a test measure the client's token
+// bucket instead of the API server.
 func (c *Cluster) TokenConfig(token string) *rest.Config {
 	return &rest.Config{
 		Host:            c.host,
 		BearerToken:     token,
 		TLSClientConfig: rest.TLSClientConfig{CAData: encodeCert(c.pki.caCert)},
+		QPS:             c.admin.QPS,
+		Burst:           c.admin.Burst,
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -148,4 +150,38 @@ func (p *Process) Tail(n int64) string {
 		return ""
 	}
 	return string(buf)
+}
+
+// CPUTime returns the CPU time (user + system) the running process has used
+// so far, from /proc/<pid>/stat: how benchmarks report the API server's
+// cost.
+func (p *Process) CPUTime() (time.Duration, error) {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return 0, fmt.Errorf("harness: %s not started", p.name)
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("harness: %s: %w", p.name, err)
+	}
+	// The command name (field 2) may hold spaces; fields count from the
+	// closing parenthesis. utime and stime are fields 14 and 15, in clock
+	// ticks of 1/100 s on Linux.
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("harness: %s: unexpected /proc stat", p.name)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("harness: %s: unexpected /proc stat", p.name)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("harness: %s: %w", p.name, err)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }

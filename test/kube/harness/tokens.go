@@ -42,10 +42,17 @@ func (c *Cluster) CreateServiceAccount(ctx context.Context, ns, sa string) error
 // CreatePod creates a pod running as service account sa. With no kubelet
 // it stays Pending, which is all a bound token needs.
 func (c *Cluster) CreatePod(ctx context.Context, ns, name, sa string) (*corev1.Pod, error) {
+	return c.CreatePodOnNode(ctx, ns, name, sa, "")
+}
+
+// CreatePodOnNode is CreatePod with spec.nodeName set (when node is not
+// ""), as the scheduler would: the pod's bound tokens then name the node.
+func (c *Cluster) CreatePodOnNode(ctx context.Context, ns, name, sa, node string) (*corev1.Pod, error) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			ServiceAccountName: sa,
+			NodeName:           node,
 			Containers:         []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
 		},
 	}

@@ -4,16 +4,17 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/internal/monitor"
 )
@@ -24,9 +25,10 @@ import (
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
-	kc      kubernetes.Interface // nil without a cluster
-	kube    *kubeStack           // nil without KubeCASecret
-	monitor *monitor.Server      // nil when disabled
+	kc      *kubeClients    // nil without a cluster
+	kube    *kubeStack      // nil without a cluster, or with nothing to do there
+	key     *pkcs11.Key     // nil unless CAKey; closed when Run returns
+	monitor *monitor.Server // nil when disabled
 
 	mu        sync.Mutex
 	authority *ca.Authority
@@ -41,11 +43,9 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, kc: cfg.KubeClient}
-	if s.kc == nil {
-		if s.kc, err = kubeClient(cfg.Kubeconfig); err != nil {
-			return nil, err
-		}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	if s.kc, err = newKubeClients(cfg); err != nil {
+		return nil, err
 	}
 	if cfg.MonitoringListen != "" {
 		s.monitor, err = monitor.New(monitor.Config{
@@ -59,28 +59,67 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	switch {
-	case cfg.Bundle != nil:
-		return s, s.build(cfg.Bundle)
-	case cfg.CADir != "":
-		b, err := keystore.LoadDir(cfg.CADir, cfg.Clock.Now())
-		if err != nil {
-			return nil, err
+	if cfg.KubeCASecret {
+		if s.kc == nil {
+			return nil, errors.New("caserver: KubeCASecret needs a Kubernetes client (--kubeconfig or in-cluster config)")
 		}
-		return s, s.build(b)
-	case s.kc != nil && cfg.KubeCASecret:
-		s.kube, err = newKubeStack(cfg, s.kc)
+		if cfg.Bundle != nil || cfg.CADir != "" || cfg.CAKey != nil {
+			return nil, errors.New("caserver: KubeCASecret keeps the CA in a Secret: it excludes a plugged-in CA directory and a module key")
+		}
+		s.kube, err = newKubeStack(cfg, s.kc.controllers, nil)
 		return s, err
-	case cfg.KubeCASecret:
-		return nil, errors.New("caserver: KubeCASecret needs a Kubernetes client (--kubeconfig or in-cluster config)")
-	default:
-		b, err := keystore.LoadOrCreateSelfSigned(keystore.SelfSignedConfig{
-			Dir: cfg.StateDir, TrustDomain: cfg.TrustDomain.Name(), KeyType: cfg.RootKeyType, Clock: cfg.Clock,
-		})
+	}
+	b, err := s.loadBundle()
+	if err == nil {
+		err = s.build(b)
+	}
+	if err == nil && s.kc != nil && !cfg.DisableRootConfigMap {
+		// Whatever holds the key, a CA with a cluster publishes its roots
+		// (istio-ca-root-cert) from the elected leader, as istiod does.
+		s.kube, err = newKubeStack(cfg, s.kc.controllers, s.authority)
+	}
+	if err != nil {
+		s.closeKey()
+		return nil, err
+	}
+	return s, nil
+}
+
+// loadBundle returns the CA material: given, plugged-in or self-signed, with
+// the module key when CAKey is set.
+func (s *Server) loadBundle() (*keystore.Bundle, error) {
+	cfg := s.cfg
+	if cfg.Bundle != nil {
+		return cfg.Bundle, nil
+	}
+	if cfg.CAKey != nil {
+		k, err := pkcs11.New(pkcs11.Config{URI: cfg.CAKey})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("caserver: CA key: %w", err)
 		}
-		return s, s.build(b)
+		s.key = k
+	}
+	if cfg.CADir != "" {
+		if s.key != nil {
+			return keystore.LoadDirSigner(cfg.CADir, s.key, cfg.Clock.Now())
+		}
+		return keystore.LoadDir(cfg.CADir, cfg.Clock.Now())
+	}
+	sc := keystore.SelfSignedConfig{
+		Dir: cfg.StateDir, TrustDomain: cfg.TrustDomain.Name(), KeyType: cfg.RootKeyType, Clock: cfg.Clock,
+	}
+	if s.key != nil {
+		sc.Key = s.key
+	}
+	return keystore.LoadOrCreateSelfSigned(sc)
+}
+
+// closeKey closes the module key, if any.
+func (s *Server) closeKey() {
+	if s.key != nil {
+		if err := s.key.Close(); err != nil {
+			s.log.Warn("closing the CA key's module", "error", err)
+		}
 	}
 }
 
@@ -89,13 +128,14 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) build(b *keystore.Bundle) error {
 	cfg := s.cfg
 	authority, err := ca.New(ca.Config{
-		TrustDomain: cfg.TrustDomain,
-		Bundle:      b,
-		DefaultTTL:  cfg.DefaultTTL,
-		MaxTTL:      cfg.MaxTTL,
-		Clock:       cfg.Clock,
-		Logger:      cfg.Logger,
-		Registerer:  cfg.Registerer,
+		TrustDomain:   cfg.TrustDomain,
+		Bundle:        b,
+		DefaultTTL:    cfg.DefaultTTL,
+		MaxTTL:        cfg.MaxTTL,
+		CapTTLToToken: cfg.CapTTLToToken,
+		Clock:         cfg.Clock,
+		Logger:        cfg.Logger,
+		Registerer:    cfg.Registerer,
 	})
 	if err != nil {
 		return err
@@ -112,9 +152,13 @@ func (s *Server) build(b *keystore.Bundle) error {
 		ServingTTL:    cfg.ServingTTL,
 		RateLimit:     cfg.RateLimit,
 		RateBurst:     cfg.RateBurst,
-		Clock:         cfg.Clock,
-		Logger:        cfg.Logger,
-		Registerer:    cfg.Registerer,
+		// Connection limits: hole 10 of the security review (SECURITY.md).
+		MaxConnections:      cfg.MaxConnections,
+		MaxConnectionsPerIP: cfg.MaxConnectionsPerIP,
+		FirstRequestTimeout: cfg.FirstRequestTimeout,
+		Clock:               cfg.Clock,
+		Logger:              cfg.Logger,
+		Registerer:          cfg.Registerer,
 	})
 	if err != nil {
 		return err
@@ -135,8 +179,9 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 	)
 	if s.kc != nil {
 		tr, err := authn.NewTokenReview(authn.TokenReviewConfig{
-			Client:     s.kc,
+			Client:     s.kc.auth,
 			Audiences:  cfg.TokenAudiences,
+			Issuers:    cfg.TokenReviewIssuers,
 			Logger:     cfg.Logger,
 			Registerer: cfg.Registerer,
 		})
@@ -147,12 +192,14 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 	}
 	if cfg.JWKSFile != "" || cfg.JWTIssuer != "" {
 		j, err := authn.NewJWT(authn.JWTConfig{
-			Issuer:     cfg.JWTIssuer,
-			Audiences:  cfg.TokenAudiences,
-			JWKSFile:   cfg.JWKSFile,
-			Clock:      cfg.Clock,
-			Logger:     cfg.Logger,
-			Registerer: cfg.Registerer,
+			Issuer:    cfg.JWTIssuer,
+			Audiences: cfg.TokenAudiences,
+			JWKSFile:  cfg.JWKSFile,
+			// MaxTokenLifetime: hole 12 of the security review.
+			MaxTokenLifetime: cfg.MaxTokenLifetime,
+			Clock:            cfg.Clock,
+			Logger:           cfg.Logger,
+			Registerer:       cfg.Registerer,
 		})
 		if err != nil {
 			return nil, nil, err
@@ -243,6 +290,7 @@ func (s *Server) Ready() error {
 
 // Run serves until ctx ends or a component fails.
 func (s *Server) Run(ctx context.Context) error {
+	defer s.closeKey()
 	if s.monitor != nil {
 		if err := s.monitor.Listen(); err != nil {
 			return err
@@ -262,6 +310,8 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.kube != nil {
 		g.Go(func() error { return s.kube.run(ctx) })
+	}
+	if s.kube != nil && s.cfg.KubeCASecret {
 		b, err := s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)
 		if err == nil {
 			err = s.build(b)

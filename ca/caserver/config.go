@@ -9,10 +9,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 )
@@ -50,6 +52,11 @@ type Config struct {
 	StateDir string
 	// RootKeyType is the key of a self-signed root.
 	RootKeyType certs.KeyType
+	// CAKey, when set, is the CA key in a PKCS#11 module: it signs, and
+	// never leaves the module; the certificates still come from CADir or
+	// StateDir (whose self-signed root is then made for this key). Not
+	// used with Bundle or KubeCASecret.
+	CAKey *pkcs11.URI
 	// DefaultTTL is the workload certificate TTL when a request asks for
 	// none; MaxTTL the longest allowed.
 	DefaultTTL time.Duration
@@ -64,12 +71,35 @@ type Config struct {
 	// 0 is ca/server's default (RateLimit rounded up).
 	RateLimit float64
 	RateBurst int
+	// CapTTLToToken caps a token-proved leaf at the token's expiry (off by
+	// default, as Istio: see SECURITY.md for the trade-off).
+	CapTTLToToken bool
+	// MaxConnections and MaxConnectionsPerIP bound the gRPC listener's open
+	// connections; FirstRequestTimeout closes a connection that sends no
+	// request in time. 0 takes ca/server's defaults.
+	MaxConnections      int
+	MaxConnectionsPerIP int
+	FirstRequestTimeout time.Duration
 
 	// Kubeconfig is the kubeconfig of the TokenReview client. Empty means
 	// the in-cluster config when running in a pod, else no client.
 	Kubeconfig string
-	// KubeClient, when set, is used instead of Kubeconfig.
+	// KubeClient, when set, is used instead of Kubeconfig, for both
+	// TokenReview and the controllers.
 	KubeClient kubernetes.Interface
+	// KubeQPS and KubeBurst limit the TokenReview client's requests to the
+	// API server; 0 takes ca/kube/client's defaults, sized for a restart
+	// storm. The controllers (election, publisher) have a client of their
+	// own, so that they never starve authentication.
+	KubeQPS   float32
+	KubeBurst int
+	// DisableRootConfigMap turns off the istio-ca-root-cert publisher (and
+	// the leader election it needs) that otherwise runs whenever there is
+	// a Kubernetes client, whatever holds the CA key.
+	DisableRootConfigMap bool
+	// RootConfigMapNamespaces selects the namespaces that get the root
+	// ConfigMap; nil is all but kube-system, kube-public, kube-node-lease.
+	RootConfigMapNamespaces labels.Selector
 	// KubeCASecret keeps the CA in a Secret of Namespace, elects a leader
 	// and publishes the root ConfigMap (ca/kube); it needs a client.
 	KubeCASecret bool
@@ -86,6 +116,13 @@ type Config struct {
 	// disables it.
 	JWTIssuer string
 	JWKSFile  string
+	// MaxTokenLifetime bounds an offline JWT's exp past its iat; 0 is
+	// ca/authn's default (48h), negative no bound.
+	MaxTokenLifetime time.Duration
+	// TokenReviewIssuers are the issuers whose tokens TokenReview judges
+	// (finally); empty means every token, so the offline JWT check only
+	// sees tokens when there is no Kubernetes client.
+	TokenReviewIssuers []string
 	// ExtraAuthenticators are tried after the configured ones (dev, tests).
 	ExtraAuthenticators []authn.Authenticator
 
@@ -139,7 +176,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Namespace == "" {
 		cfg.Namespace = DefaultNamespace
 	}
-	if cfg.KubeCASecret && cfg.PodName == "" {
+	if cfg.KubeQPS < 0 || cfg.KubeBurst < 0 || cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0 || cfg.FirstRequestTimeout < 0 {
+		return cfg, errors.New("caserver: negative Kubernetes rate limit or connection limit")
+	}
+	if cfg.PodName == "" {
 		h, err := os.Hostname()
 		if err != nil {
 			return cfg, fmt.Errorf("caserver: pod name: %w", err)

@@ -2,45 +2,39 @@ package caserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube"
+	kubeclient "github.com/meshid/meshid/ca/kube/client"
 )
 
-// kubeClient returns a client from kubeconfig, the in-cluster config when
-// running in a pod, or nil when neither is available.
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig: %w", err)
-		}
-	} else {
-		cfg, err = rest.InClusterConfig()
-		if err == rest.ErrNotInCluster {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster config: %w", err)
-		}
+// kubeClients are the CA's two Kubernetes clients: auth sends
+// TokenReviews, controllers serves election, the publisher and informers,
+// each with its own rate limit so that neither starves the other.
+type kubeClients struct {
+	auth, controllers kubernetes.Interface
+}
+
+// newKubeClients returns cfg.KubeClient for both, clients from Kubeconfig
+// or the in-cluster config, or nil outside a cluster with no kubeconfig.
+func newKubeClients(cfg Config) (*kubeClients, error) {
+	if cfg.KubeClient != nil {
+		return &kubeClients{auth: cfg.KubeClient, controllers: cfg.KubeClient}, nil
 	}
-	cfg.UserAgent = "meshid"
-	kc, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubeclient.New(kubeclient.Config{Kubeconfig: cfg.Kubeconfig, QPS: cfg.KubeQPS, Burst: cfg.KubeBurst})
+	if errors.Is(err, kubeclient.ErrNotInCluster) {
+		return nil, nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, fmt.Errorf("caserver: kubernetes client: %w", err)
 	}
-	return kc, nil
+	return &kubeClients{auth: cs.Auth, controllers: cs.Controllers}, nil
 }
 
 // kubeStack runs the ca/kube Controller for the CA.
@@ -48,17 +42,23 @@ type kubeStack struct {
 	ctrl *kube.Controller
 }
 
-func newKubeStack(cfg Config, kc kubernetes.Interface) (*kubeStack, error) {
-	ctrl, err := kube.New(kube.Config{
-		Client:      kc,
-		Namespace:   cfg.Namespace,
-		Identity:    cfg.PodName,
-		TrustDomain: cfg.TrustDomain.Name(),
-		RootKeyType: cfg.RootKeyType,
-		Clock:       cfg.Clock,
-		Logger:      cfg.Logger,
-		Registerer:  cfg.Registerer,
-	})
+// newKubeStack builds the Controller: with roots nil it keeps the CA in a
+// Secret (KubeCASecret); otherwise it publishes roots' bundle.
+func newKubeStack(cfg Config, kc kubernetes.Interface, roots kube.RootSource) (*kubeStack, error) {
+	kcfg := kube.Config{
+		Client:            kc,
+		Namespace:         cfg.Namespace,
+		Identity:          cfg.PodName,
+		TrustDomain:       cfg.TrustDomain.Name(),
+		RootKeyType:       cfg.RootKeyType,
+		DisablePublisher:  cfg.DisableRootConfigMap,
+		PublishNamespaces: cfg.RootConfigMapNamespaces,
+		Clock:             cfg.Clock,
+		Logger:            cfg.Logger,
+		Registerer:        cfg.Registerer,
+		Roots:             roots,
+	}
+	ctrl, err := kube.New(kcfg)
 	if err != nil {
 		return nil, err
 	}

@@ -237,6 +237,7 @@ func startBenchAgent(t *testing.T) *benchAgent {
 		ServiceAccount:   "bench-0",
 		CertTTL:          time.Hour,
 		MonitoringListen: "127.0.0.1:0",
+		DebugEndpoints:   true,
 		Registerer:       a.reg,
 	})
 	a.socket, a.admin = ag.SocketPath(), ag.MonitoringAddr().String()

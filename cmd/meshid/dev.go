@@ -16,6 +16,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/internal/monitor"
 	"github.com/meshid/meshid/sds/agent"
 )
 
@@ -89,6 +90,10 @@ func devAgentConfig(f *devFlags, caAddr, tokenFile string) agent.Config {
 		TokenFile:        tokenFile,
 		SDSSocket:        sock,
 		MonitoringListen: f.agentMonitoring,
+		// dev serves no file resources: its state dir holds the CA key.
+		FileSecretDirs: []string{},
+		// POST /debug/rotate for trying rotation, only on loopback.
+		DebugEndpoints: monitor.Loopback(f.agentMonitoring),
 	}
 }
 

@@ -9,9 +9,15 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
+	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/ca/keystore/pkcs11"
+	kubeclient "github.com/meshid/meshid/ca/kube/client"
+	"github.com/meshid/meshid/ca/kube/rootpublisher"
+	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/cmd/internal/cli"
 )
@@ -37,6 +43,19 @@ type serverFlags struct {
 	kubeCASecret     bool
 	namespace        string
 	podName          string
+
+	caKey               string
+	capTTLToToken       bool
+	maxTokenLifetime    time.Duration
+	tokenReviewIssuers  []string
+	maxConnections      int
+	maxConnectionsPerIP int
+	firstRequestTimeout time.Duration
+	servingTTL          time.Duration
+	kubeQPS             float32
+	kubeBurst           int
+	publishRootCM       bool
+	rootCMNamespaces    string
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
@@ -59,6 +78,24 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.kubeCASecret, "kube-ca-secret", false, "keep the CA in the Secret meshid-ca (or Istio's cacerts) of --namespace, elect a leader with a Lease, and publish the istio-ca-root-cert ConfigMap to every namespace (needs a Kubernetes client)")
 	fs.StringVar(&f.namespace, "namespace", caserver.DefaultNamespace, "the CA's own namespace (env POD_NAMESPACE)")
 	fs.StringVar(&f.podName, "pod-name", "", "this replica's identity for leader election (env POD_NAME; default the hostname)")
+	f.registerHardening(fs)
+}
+
+// registerHardening adds the flags of the limits in SECURITY.md, the CA key
+// module, and the Kubernetes clients and publisher.
+func (f *serverFlags) registerHardening(fs *pflag.FlagSet) {
+	fs.StringVar(&f.caKey, "ca-key", "", "CA signing key in a PKCS#11 module (RFC 7512 URI: pkcs11:token=...;object=...?module-path=...&pin-source=...); certificates still come from --ca-dir or --state-dir. Unset = ca-key.pem")
+	fs.BoolVar(&f.capTTLToToken, "cap-ttl-to-token", false, "never sign a token-proved leaf past the token's expiry (off, as Istio; see SECURITY.md)")
+	fs.DurationVar(&f.maxTokenLifetime, "max-token-lifetime", authn.DefaultMaxTokenLifetime, "longest accepted offline JWT lifetime past its iat (negative = no bound)")
+	fs.StringSliceVar(&f.tokenReviewIssuers, "tokenreview-issuers", nil, "issuers whose tokens TokenReview judges when --kubeconfig and offline JWT are both set (empty = every token)")
+	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "connections open at once on --listen")
+	fs.IntVar(&f.maxConnectionsPerIP, "max-connections-per-ip", server.DefaultMaxConnectionsPerIP, "connections open at once from one peer IP")
+	fs.DurationVar(&f.firstRequestTimeout, "first-request-timeout", server.DefaultFirstRequestTimeout, "close a connection that has not begun a request by then (TLS handshake included)")
+	fs.DurationVar(&f.servingTTL, "serving-ttl", server.DefaultServingTTL, "lifetime of the CA's own serving certificate (independent of --max-ttl)")
+	fs.Float32Var(&f.kubeQPS, "kube-qps", kubeclient.DefaultQPS, "TokenReview requests per second to the API server (client-side limit; see README to size it)")
+	fs.IntVar(&f.kubeBurst, "kube-burst", kubeclient.DefaultBurst, "TokenReview burst above --kube-qps")
+	fs.BoolVar(&f.publishRootCM, "publish-root-configmap", true, "with a Kubernetes client, elect a leader that publishes istio-ca-root-cert to the selected namespaces (false where istiod still publishes it)")
+	fs.StringVar(&f.rootCMNamespaces, "root-configmap-namespaces", rootpublisher.DefaultNamespaceSelector, "label selector of the namespaces that get istio-ca-root-cert (empty = all)")
 }
 
 // serverConfig turns the parsed flags in fs, with lookup's istiod
@@ -76,7 +113,7 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 	if err != nil {
 		return caserver.Config{}, fmt.Errorf("--root-key-type: %w", err)
 	}
-	return caserver.Config{
+	cfg := caserver.Config{
 		Listen:           f.listen,
 		TrustDomain:      td,
 		CADir:            f.caDir,
@@ -95,7 +132,27 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 		JWKSFile:         f.jwksFile,
 		MonitoringListen: f.monitoringListen,
 		Pprof:            f.pprof,
-	}, nil
+
+		CapTTLToToken:        f.capTTLToToken,
+		MaxTokenLifetime:     f.maxTokenLifetime,
+		TokenReviewIssuers:   f.tokenReviewIssuers,
+		MaxConnections:       f.maxConnections,
+		MaxConnectionsPerIP:  f.maxConnectionsPerIP,
+		FirstRequestTimeout:  f.firstRequestTimeout,
+		ServingTTL:           f.servingTTL,
+		KubeQPS:              f.kubeQPS,
+		KubeBurst:            f.kubeBurst,
+		DisableRootConfigMap: !f.publishRootCM,
+	}
+	if cfg.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
+		return caserver.Config{}, fmt.Errorf("--root-configmap-namespaces: %w", err)
+	}
+	if f.caKey != "" {
+		if cfg.CAKey, err = pkcs11.ParseURI(f.caKey); err != nil {
+			return caserver.Config{}, fmt.Errorf("--ca-key: %w", err)
+		}
+	}
+	return cfg, nil
 }
 
 // serverRun runs a CA built from cfg; tests replace it to see the Config.

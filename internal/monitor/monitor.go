@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,8 +26,26 @@ type Config struct {
 	// reason it is not. nil means always ready.
 	Ready func() error
 	// Handlers are extra endpoints by path, such as "/debug/rotate".
+	// Paths under /debug/ act on the process (a forced rotation, profiles)
+	// and carry no authentication: New refuses them unless Listen is a
+	// loopback address.
 	Handlers map[string]http.Handler
 	Logger   *slog.Logger // nil discards logs
+}
+
+// Loopback reports whether the TCP address addr ("host:port") listens only
+// on a loopback interface: localhost or a loopback IP. An empty host (every
+// interface) is not.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Server is the monitoring HTTP server.
@@ -49,6 +68,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = func() error { return nil }
+	}
+	for path := range cfg.Handlers {
+		if strings.HasPrefix(path, "/debug/") && !Loopback(cfg.Listen) {
+			return nil, fmt.Errorf("monitor: debug endpoints (%s) are served only on a loopback address, not %q", path, cfg.Listen)
+		}
 	}
 	log := cfg.Logger
 	if log == nil {

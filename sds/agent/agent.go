@@ -113,12 +113,16 @@ func assemble(cfg Config, signer secretcache.Signer, id spiffeid.ID) (*Agent, er
 	}
 	a := &Agent{log: cfg.Logger, cache: cache, sds: srv}
 	if cfg.MonitoringListen != "" {
+		var debug map[string]http.Handler
+		if cfg.DebugEndpoints {
+			debug = map[string]http.Handler{"/debug/rotate": a.RotateHandler()}
+		}
 		a.monitor, err = monitor.New(monitor.Config{
 			Listen:   cfg.MonitoringListen,
 			Gatherer: cfg.Gatherer,
 			Ready:    cache.Ready,
 			Logger:   cfg.Logger,
-			Handlers: map[string]http.Handler{"/debug/rotate": a.RotateHandler()},
+			Handlers: debug,
 		})
 		if err != nil {
 			return nil, err

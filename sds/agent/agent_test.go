@@ -154,6 +154,7 @@ func TestRotateEndpoint(t *testing.T) {
 	w := newWorld(t)
 	cfg := w.config()
 	cfg.MonitoringListen = "127.0.0.1:0"
+	cfg.DebugEndpoints = true
 	a := testkit.RunAgent(t, cfg)
 	before := firstSecret(t, a)
 	url := "http://" + a.MonitoringAddr().String() + "/debug/rotate"
@@ -182,6 +183,37 @@ func TestRotateEndpoint(t *testing.T) {
 	after := firstSecret(t, a)
 	if after.Version == before.Version || after.Chain[0].SerialNumber.Cmp(before.Chain[0].SerialNumber) == 0 {
 		t.Fatal("POST /debug/rotate answered rotated but the certificate is the same")
+	}
+}
+
+// TestDebugEndpointsOptIn: without DebugEndpoints there is no
+// /debug/rotate (an unauthenticated way to make the agent call the CA), and
+// with it the monitoring listener must be loopback (security review,
+// hole 6).
+func TestDebugEndpointsOptIn(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.config()
+	cfg.MonitoringListen = "127.0.0.1:0"
+	a := testkit.RunAgent(t, cfg)
+	before := firstSecret(t, a)
+	resp, err := http.Post("http://"+a.MonitoringAddr().String()+"/debug/rotate", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("POST /debug/rotate without DebugEndpoints: %s, want 404", resp.Status)
+	}
+	if got := firstSecret(t, a); got.Version != before.Version {
+		t.Fatal("the certificate rotated")
+	}
+
+	for _, listen := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+		cfg := w.config()
+		cfg.MonitoringListen, cfg.DebugEndpoints = listen, true
+		if _, err := agent.New(cfg); err == nil || !strings.Contains(err.Error(), "loopback") {
+			t.Errorf("DebugEndpoints on %s: %v, want a loopback error", listen, err)
+		}
 	}
 }
 

@@ -68,10 +68,18 @@ type Config struct {
 	// otherwise the identity comes from the token's kubernetes.io claims.
 	Namespace      string
 	ServiceAccount string
-	// MonitoringListen is the address of /metrics /healthz /readyz and
-	// POST /debug/rotate. Empty disables monitoring (no default applied:
-	// cmd sets DefaultMonitoringListen).
+	// MonitoringListen is the address of /metrics /healthz /readyz. Empty
+	// disables monitoring (no default applied: cmd sets
+	// DefaultMonitoringListen).
 	MonitoringListen string
+	// DebugEndpoints serves POST /debug/rotate on the monitoring listener,
+	// which must then be a loopback address: the endpoint has no
+	// authentication (security review, hole 6). Off by default.
+	DebugEndpoints bool
+	// FileSecretDirs are the only directories file-cert: and file-root:
+	// resources may read; nil is secretcache's default (./etc/certs and
+	// /etc/certs), empty and non-nil refuses every file resource.
+	FileSecretDirs []string
 
 	Clock  clock.Clock  // nil is the real clock
 	Logger *slog.Logger // nil discards logs
@@ -155,8 +163,10 @@ func (cfg Config) ManagerConfig(signer secretcache.Signer, id spiffeid.ID) (secr
 		TTL:        cfg.CertTTL,
 		GraceRatio: cfg.GraceRatio,
 		Jitter:     cfg.Jitter,
-		Clock:      cfg.Clock,
-		Logger:     cfg.Logger,
-		Registerer: cfg.Registerer,
+		// FileSecretDirs: hole 4 of the security review.
+		FileSecretDirs: cfg.FileSecretDirs,
+		Clock:          cfg.Clock,
+		Logger:         cfg.Logger,
+		Registerer:     cfg.Registerer,
 	}, nil
 }

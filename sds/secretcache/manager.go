@@ -269,7 +269,8 @@ func (m *Manager) Rotate(ctx context.Context) error {
 
 // obtain returns a valid default secret, joining the CSR in flight or
 // starting one. Unless force is set, a cached valid certificate is returned
-// and a backoff in progress is respected (ErrNotReady without a CSR).
+// and a backoff in progress is respected (ErrNotReady without a CSR), with
+// force too.
 func (m *Manager) obtain(ctx context.Context, force bool) (*Secret, error) {
 	m.mu.Lock()
 	if !force {
@@ -279,11 +280,13 @@ func (m *Manager) obtain(ctx context.Context, force bool) (*Secret, error) {
 			m.mu.Unlock()
 			return s, nil
 		}
-		if m.inflight == nil && !m.retryAt.IsZero() && m.clock.Now().Before(m.retryAt) {
-			err := m.lastErr
-			m.mu.Unlock()
-			return nil, fmt.Errorf("%w: CA request failed, retrying later: %w", ErrNotReady, err)
-		}
+	}
+	// A backoff in progress holds for forced rotations too, so that
+	// POST /debug/rotate repeated in a loop cannot hammer a failing CA.
+	if m.inflight == nil && !m.retryAt.IsZero() && m.clock.Now().Before(m.retryAt) {
+		err := m.lastErr
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%w: CA request failed, retrying later: %w", ErrNotReady, err)
 	}
 	f := m.inflight
 	if f == nil {

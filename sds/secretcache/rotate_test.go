@@ -258,15 +258,28 @@ func TestRootsChangePushesROOTCA(t *testing.T) {
 	}
 }
 
-func TestRotateOverridesBackoff(t *testing.T) {
+// A forced rotation keeps the failure backoff (security review, hole 6): a
+// loop of POST /debug/rotate against a failing CA makes no CA call until
+// the backoff ends, and the rotation goes through after it.
+func TestRotateKeepsBackoff(t *testing.T) {
 	f := newFixture(t, nil)
 	f.ca.setFail(codes.Unavailable)
 	if err := f.m.Rotate(context.Background()); status.Code(err) != codes.Unavailable || isNotReady(err) {
 		t.Fatalf("Rotate = %v, want the CA's Unavailable", err)
 	}
+	calls := f.ca.calls.Load()
 	f.ca.setFail(codes.OK)
+	for range 100 {
+		if err := f.m.Rotate(context.Background()); !isNotReady(err) || status.Code(err) != codes.Unavailable {
+			t.Fatalf("Rotate during backoff = %v, want ErrNotReady with the last Unavailable", err)
+		}
+	}
+	if got := f.ca.calls.Load(); got != calls {
+		t.Fatalf("%d CA calls during the backoff, want none", got-calls)
+	}
+	f.clock.Add(secretcache.DefaultBackoffMax) // past any backoff
 	if err := f.m.Rotate(context.Background()); err != nil {
-		t.Fatalf("Rotate during backoff: %v", err)
+		t.Fatalf("Rotate after the backoff: %v", err)
 	}
 	if err := f.m.Ready(); err != nil {
 		t.Fatal(err)

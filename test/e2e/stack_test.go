@@ -75,9 +75,12 @@ func (w *world) startCA(t *testing.T, addr string) *caServer {
 		StateDir:    w.caDir,
 		JWTIssuer:   w.issuer.Issuer(),
 		JWKSFile:    filepath.Join(w.dir, devissuer.JWKSFile),
-		ServingTTL:  servingTTL,
-		Clock:       caClock{w.clock},
-		Logger:      discard,
+		// startAgent's tokens live 30 days, so that the fake clock can run
+		// through rotations without a kubelet refreshing them.
+		MaxTokenLifetime: agentTokenTTL,
+		ServingTTL:       servingTTL,
+		Clock:            caClock{w.clock},
+		Logger:           discard,
 	})
 	if err != nil {
 		t.Fatal(err)

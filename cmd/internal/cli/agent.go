@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/sds/secretcache"
 )
 
 // AgentFlags are the flags of `meshid agent` and `meshid-agent`.
@@ -30,6 +31,8 @@ type AgentFlags struct {
 	namespace        string
 	serviceAccount   string
 	logLevel         string
+	debugEndpoints   bool
+	fileSecretDirs   []string
 }
 
 // Register adds the agent's flags, with agent.Config's defaults, to fs.
@@ -49,6 +52,8 @@ func (f *AgentFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.namespace, "namespace", "", "workload namespace when the token carries no kubernetes.io claims")
 	fs.StringVar(&f.serviceAccount, "service-account", "", "workload service account when the token carries no kubernetes.io claims")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
+	fs.BoolVar(&f.debugEndpoints, "debug-endpoints", false, "serve POST /debug/rotate on --monitoring-listen, which must then be a loopback address (no authentication)")
+	fs.StringSliceVar(&f.fileSecretDirs, "file-secret-dirs", secretcache.DefaultFileSecretDirs, "the only directories file-cert: and file-root: SDS resources may read (empty = none)")
 }
 
 // AgentConfig turns the parsed flags in fs, with lookup's istio-agent
@@ -70,7 +75,13 @@ func AgentConfig(fs *pflag.FlagSet, f *AgentFlags, lookup Lookup) (agent.Config,
 	if jitter == 0 {
 		jitter = agent.NoJitter // the flag's 0 means none; the Config's 0 means its default
 	}
+	dirs := f.fileSecretDirs
+	if dirs == nil {
+		dirs = []string{} // --file-secret-dirs= : none (nil would mean the default)
+	}
 	return agent.Config{
+		DebugEndpoints:   f.debugEndpoints,
+		FileSecretDirs:   dirs,
 		CAAddr:           f.caAddr,
 		CARootFile:       f.caRoot,
 		TokenFile:        f.tokenFile,

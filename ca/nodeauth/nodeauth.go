@@ -149,7 +149,11 @@ func (a *Authorizer) HasSynced() bool { return a.informer.HasSynced() }
 // impersonated (conditions 1 to 4 of the package documentation), a
 // PermissionDenied *ca.Error naming the condition that failed, or an
 // Unavailable one when pods could not be read.
+// A nil Authorizer refuses every impersonation: node mode is off.
 func (a *Authorizer) Authorize(ctx context.Context, caller *authn.Caller, impersonated spiffeid.ID) error {
+	if a == nil {
+		return ca.Errorf(ca.KindPermissionDenied, "impersonation is off on this CA: no trusted node accounts are configured")
+	}
 	result, err := a.authorize(ctx, caller, impersonated)
 	a.counts[result].Inc()
 	return err

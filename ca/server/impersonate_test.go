@@ -106,7 +106,7 @@ func newAmbientEnv(t *testing.T, nodeMode, recordLogs bool) ambientEnv {
 	return ambientEnv{env: e, logs: logs, srvLogs: srvLogs}
 }
 
-func waitUntil(t *testing.T, cond func() bool) {
+func waitUntil(t testing.TB, cond func() bool) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, testkit.Guard, true, func(context.Context) (bool, error) { return cond(), nil })
 	if err != nil {

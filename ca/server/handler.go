@@ -118,7 +118,7 @@ func (s *Server) impersonate(ctx context.Context, caller *authn.Caller, req *sec
 	case len(uris) != 1:
 		return id, "", ca.Errorf(ca.KindInvalidArgument, "an impersonation CSR must carry exactly one URI SAN, the impersonated identity; it has %d", len(uris))
 	case uris[0].String() != target.String():
-		return id, "", ca.Errorf(ca.KindPermissionDenied, "impersonation refused: condition 4 (identity): the CSR asks for %q but %s names %s", truncate(uris[0].String()), ImpersonatedIdentityKey, target)
+		return id, "", ca.Errorf(ca.KindPermissionDenied, "impersonation refused: condition 4 (identity): the CSR asks for %q but %s names %s", clipInput(uris[0].String()), ImpersonatedIdentityKey, target)
 	}
 	if err := s.nodeAuth.Authorize(ctx, caller, target); err != nil {
 		return id, "", err
@@ -157,13 +157,13 @@ func impersonatedIdentity(md *structpb.Struct) (spiffeid.ID, bool, error) {
 	}
 	target, err := spiffeid.FromString(raw)
 	if err != nil {
-		return spiffeid.ID{}, false, ca.Wrap(ca.KindInvalidArgument, err, fmt.Sprintf("metadata %s %q is not a SPIFFE ID", ImpersonatedIdentityKey, truncate(raw)))
+		return spiffeid.ID{}, false, ca.Wrap(ca.KindInvalidArgument, err, fmt.Sprintf("metadata %s %q is not a SPIFFE ID", ImpersonatedIdentityKey, clipInput(raw)))
 	}
 	return target, true, nil
 }
 
-// truncate shortens caller input quoted in a message or a log.
-func truncate(s string) string {
+// clipInput shortens caller input quoted in a message or a log.
+func clipInput(s string) string {
 	const max = 128
 	if len(s) <= max {
 		return strings.ToValidUTF8(s, "?")
@@ -226,7 +226,7 @@ func (s *Server) logFailure(ctx context.Context, err error, caller *authn.Caller
 		attrs = append(attrs, "cluster_id", cluster)
 	}
 	if imp := req.GetMetadata().GetFields()[ImpersonatedIdentityKey].GetStringValue(); imp != "" {
-		attrs = append(attrs, "impersonated_identity", truncate(imp))
+		attrs = append(attrs, "impersonated_identity", clipInput(imp))
 	}
 	switch ca.KindOf(err) {
 	case ca.KindInternal, ca.KindUnavailable:

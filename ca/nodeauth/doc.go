@@ -20,7 +20,8 @@
 //
 // Pods are seen through a client-go shared informer indexed by node,
 // namespace and service account, whose transform keeps only a pod's name,
-// namespace, UID, service account, node and phase. Until it has synced,
+// namespace, UID, service account, node and phase (about 460 heap bytes
+// per pod against 7.4 KB for whole pods; docs/benchmarks.md). Until it has synced,
 // Authorize asks the API server directly, and answers Unavailable when the
 // API server cannot answer either. It is as strict as Istio's
 // NodeAuthorizer, and stricter: the caller's pod is checked even when the

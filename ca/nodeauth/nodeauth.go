@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -213,27 +212,27 @@ func (a *Authorizer) callerNode(ctx context.Context, caller *authn.Caller) (stri
 		return "", ResultUnboundCaller, denied("condition 2 (caller's pod): the caller's pod %s/%s does not exist", caller.Namespace, caller.PodName)
 	case string(pod.UID) != caller.PodUID:
 		return "", ResultUnboundCaller, denied("condition 2 (caller's pod): the caller's pod %s/%s is not the one its token is bound to (UID differs)", caller.Namespace, caller.PodName)
-	case terminated(pod):
+	case pod.terminated():
 		return "", ResultUnboundCaller, denied("condition 2 (caller's pod): the caller's pod %s/%s has terminated", caller.Namespace, caller.PodName)
-	case pod.Spec.NodeName == "":
+	case pod.Node == "":
 		return "", ResultUnboundCaller, denied("condition 2 (caller's pod): the caller's pod %s/%s is not scheduled on a node", caller.Namespace, caller.PodName)
-	case caller.NodeName != "" && caller.NodeName != pod.Spec.NodeName:
-		return "", ResultUnboundCaller, denied("condition 2 (caller's pod): the token names node %s but the caller's pod is on node %s", caller.NodeName, pod.Spec.NodeName)
-	case pod.Spec.ServiceAccountName != caller.ServiceAccount:
+	case caller.NodeName != "" && caller.NodeName != pod.Node:
+		return "", ResultUnboundCaller, denied("condition 2 (caller's pod): the token names node %s but the caller's pod is on node %s", caller.NodeName, pod.Node)
+	case pod.ServiceAccount != caller.ServiceAccount:
 		return "", ResultUnboundCaller, denied("condition 2 (caller's pod): the caller's pod %s/%s runs as another service account", caller.Namespace, caller.PodName)
 	}
-	return pod.Spec.NodeName, "", nil
+	return pod.Node, "", nil
 }
 
 // pod returns the pod ns/name, or nil when it does not exist: from the
 // informer once it has synced, else from the API server.
-func (a *Authorizer) pod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+func (a *Authorizer) pod(ctx context.Context, ns, name string) (*podInfo, error) {
 	if a.informer.HasSynced() {
 		obj, ok, err := a.informer.GetStore().GetByKey(ns + "/" + name)
 		if err != nil || !ok {
 			return nil, err
 		}
-		return obj.(*corev1.Pod), nil
+		return obj.(*podInfo), nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
@@ -245,7 +244,7 @@ func (a *Authorizer) pod(ctx context.Context, ns, name string) (*corev1.Pod, err
 		a.log.Warn("node authorization: cannot read a pod before the informer synced", "pod", ns+"/"+name, "error", err)
 		return nil, ca.Wrap(ca.KindUnavailable, err, "impersonation: the pod informer has not synced and the Kubernetes API server cannot answer; retry later")
 	}
-	return pod, nil
+	return infoOf(pod), nil
 }
 
 // podOnNode reports whether a pod of sa that has not terminated is
@@ -258,7 +257,7 @@ func (a *Authorizer) podOnNode(ctx context.Context, node string, sa identity.Ser
 			return false, ca.Wrap(ca.KindInternal, err, "impersonation: pod index")
 		}
 		for _, o := range objs {
-			if !terminated(o.(*corev1.Pod)) {
+			if !o.(*podInfo).terminated() {
 				return true, nil
 			}
 		}
@@ -274,14 +273,10 @@ func (a *Authorizer) podOnNode(ctx context.Context, node string, sa identity.Ser
 		return false, ca.Wrap(ca.KindUnavailable, err, "impersonation: the pod informer has not synced and the Kubernetes API server cannot answer; retry later")
 	}
 	for i := range list.Items {
-		p := &list.Items[i]
-		if p.Spec.NodeName == node && p.Spec.ServiceAccountName == sa.Name && !terminated(p) {
+		p := infoOf(&list.Items[i])
+		if p.Node == node && p.ServiceAccount == sa.Name && !p.terminated() {
 			return true, nil
 		}
 	}
 	return false, nil
-}
-
-func terminated(p *corev1.Pod) bool {
-	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }

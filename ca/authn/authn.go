@@ -27,13 +27,26 @@ type Caller struct {
 	ServiceAccount string
 	PodName        string // empty when the credential is not bound to a pod
 	PodUID         string
-	Method         string    // "tokenreview", "jwt" or "clientcert"
-	Expiry         time.Time // when the credential stops being valid; zero if unknown
+	// NodeName is the node of the pod the token is bound to, when the
+	// credential says so: the TokenReview extra
+	// authentication.kubernetes.io/node-name or the verified JWT's
+	// kubernetes.io node claim. Empty when unknown; node authorization
+	// (ca/nodeauth) then reads the node from the pod object.
+	NodeName string
+	Method   string    // the authenticator's kind: MethodTokenReview, MethodJWT or MethodClientCert
+	Expiry   time.Time // when the credential stops being valid; zero if unknown
 	// Certificate is the verified client certificate the caller renewed
 	// with (Method "clientcert"); nil for a token. A leaf issued on its
 	// strength must not outlive it (ca.Request.Renewal).
 	Certificate *x509.Certificate
 }
+
+// Authentication methods, the values of Caller.Method.
+const (
+	MethodTokenReview = "tokenreview" // a token the Kubernetes API server reviewed
+	MethodJWT         = "jwt"         // a token verified offline against a key set
+	MethodClientCert  = "clientcert"  // a client certificate this CA issued
+)
 
 // Account returns the caller's service account.
 func (c *Caller) Account() identity.ServiceAccount {

@@ -12,7 +12,11 @@ import (
 func callerFromClaims(c *identity.Claims) (Caller, bool) {
 	sa, ok := c.ServiceAccount()
 	pod := c.Pod()
-	return Caller{Namespace: sa.Namespace, ServiceAccount: sa.Name, PodName: pod.Name, PodUID: pod.UID}, ok
+	caller := Caller{Namespace: sa.Namespace, ServiceAccount: sa.Name, PodName: pod.Name, PodUID: pod.UID}
+	if c.Kubernetes != nil && c.Kubernetes.Node != nil {
+		caller.NodeName = c.Kubernetes.Node.Name
+	}
+	return caller, ok
 }
 
 // unverifiedExpiry reads the exp claim of a JWT WITHOUT checking its

@@ -73,5 +73,5 @@ func (c *ClientCert) Authenticate(_ context.Context, creds Credentials) (*Caller
 	if err != nil {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "clientcert: the client certificate's SPIFFE ID is not of the form spiffe://%s/ns/<namespace>/sa/<service-account>", c.td)
 	}
-	return &Caller{Namespace: sa.Namespace, ServiceAccount: sa.Name, Method: "clientcert", Expiry: leaf.NotAfter, Certificate: leaf}, nil
+	return &Caller{Namespace: sa.Namespace, ServiceAccount: sa.Name, Method: MethodClientCert, Expiry: leaf.NotAfter, Certificate: leaf}, nil
 }

@@ -398,7 +398,7 @@ func (j *JWT) verify(token string, keys *jose.JSONWebKeySet) (*Caller, error) {
 	if std.Subject != "" && std.Subject != caller.Account().Username() {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "jwt: the token's subject does not match its kubernetes.io claims")
 	}
-	caller.Method = "jwt"
+	caller.Method = MethodJWT
 	caller.Expiry = std.Expiry.Time()
 	return &caller, nil
 }

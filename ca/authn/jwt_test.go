@@ -80,6 +80,7 @@ var k8sBound = map[string]any{"kubernetes.io": map[string]any{
 	"namespace":      "prod",
 	"serviceaccount": map[string]string{"name": "api", "uid": "u1"},
 	"pod":            map[string]string{"name": "api-7d9", "uid": "p1"},
+	"node":           map[string]string{"name": "node-a", "uid": "n1"},
 }}
 
 var k8sLegacy = map[string]any{
@@ -124,17 +125,17 @@ func TestJWT(t *testing.T) {
 		legacy bool
 	}{
 		{name: "ES256", token: es256.sign(t, stdClaims(now, nil), k8sBound),
-			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", Method: "jwt"}},
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", NodeName: "node-a", Method: "jwt"}},
 		{name: "ES384", token: es384.sign(t, stdClaims(now, nil), k8sBound),
-			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", Method: "jwt"}},
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", NodeName: "node-a", Method: "jwt"}},
 		{name: "RS256", token: rs256.sign(t, stdClaims(now, nil), k8sBound),
-			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", Method: "jwt"}},
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", NodeName: "node-a", Method: "jwt"}},
 		{name: "legacy claims", token: es256.sign(t, stdClaims(now, nil), k8sLegacy),
 			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", Method: "jwt"}},
 		{name: "any of audiences", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Audience = jwt.Audience{"x", "istio-ca"} }), k8sBound),
-			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", Method: "jwt"}},
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", NodeName: "node-a", Method: "jwt"}},
 		{name: "expired within leeway", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(now.Add(-20 * time.Second)) }), k8sBound),
-			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", Method: "jwt"}},
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", NodeName: "node-a", Method: "jwt"}},
 		{name: "expired", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(now.Add(-time.Minute)) }), k8sBound),
 			kind: ca.KindUnauthenticated, msg: "expired"},
 		{name: "not yet valid", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.NotBefore = jwt.NewNumericDate(now.Add(2 * time.Minute)) }), k8sBound),
@@ -147,7 +148,7 @@ func TestJWT(t *testing.T) {
 		{name: "exp in the year 9999", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)) }), k8sBound),
 			kind: ca.KindUnauthenticated, msg: "more than the 48h0m0s allowed"},
 		{name: "exp 48h past iat", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(now.Add(48 * time.Hour)) }), k8sBound),
-			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", Method: "jwt"}},
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", NodeName: "node-a", Method: "jwt"}},
 		{name: "exp 49h past iat", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(now.Add(49 * time.Hour)) }), k8sBound),
 			kind: ca.KindUnauthenticated, msg: "more than the 48h0m0s allowed"},
 		{name: "no iat, exp 49h from now", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) {

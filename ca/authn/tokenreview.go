@@ -33,6 +33,7 @@ const (
 	serviceAccountsGroup = "system:serviceaccounts"
 	extraPodName         = "authentication.kubernetes.io/pod-name"
 	extraPodUID          = "authentication.kubernetes.io/pod-uid"
+	extraNodeName        = "authentication.kubernetes.io/node-name"
 )
 
 // TokenReviewConfig configures NewTokenReview.
@@ -299,12 +300,15 @@ func (t *TokenReview) check(st *authenticationv1.TokenReviewStatus) (*Caller, er
 	if !slices.ContainsFunc(st.Audiences, func(a string) bool { return slices.Contains(t.audiences, a) }) {
 		return nil, ca.Errorf(ca.KindUnauthenticated, "tokenreview: the token is not valid for audience %v", t.audiences)
 	}
-	c := &Caller{Namespace: sa.Namespace, ServiceAccount: sa.Name, Method: "tokenreview"}
+	c := &Caller{Namespace: sa.Namespace, ServiceAccount: sa.Name, Method: MethodTokenReview}
 	if v := st.User.Extra[extraPodName]; len(v) == 1 {
 		c.PodName = v[0]
 	}
 	if v := st.User.Extra[extraPodUID]; len(v) == 1 {
 		c.PodUID = v[0]
+	}
+	if v := st.User.Extra[extraNodeName]; len(v) == 1 {
+		c.NodeName = v[0]
 	}
 	return c, nil
 }

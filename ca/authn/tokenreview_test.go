@@ -58,8 +58,9 @@ func saStatus(ns, sa string, aud ...string) authenticationv1.TokenReviewStatus {
 			Username: "system:serviceaccount:" + ns + ":" + sa,
 			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 			Extra: map[string]authenticationv1.ExtraValue{
-				"authentication.kubernetes.io/pod-name": {"web-0"},
-				"authentication.kubernetes.io/pod-uid":  {"1234"},
+				"authentication.kubernetes.io/pod-name":  {"web-0"},
+				"authentication.kubernetes.io/pod-uid":   {"1234"},
+				"authentication.kubernetes.io/node-name": {"node-a"},
 			},
 		},
 		Audiences: aud,
@@ -137,7 +138,7 @@ func TestTokenReviewDecisions(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := authn.Caller{Namespace: "default", ServiceAccount: "web", PodName: "web-0", PodUID: "1234", Method: "tokenreview", Expiry: t0.Add(time.Hour)}
+				want := authn.Caller{Namespace: "default", ServiceAccount: "web", PodName: "web-0", PodUID: "1234", NodeName: "node-a", Method: "tokenreview", Expiry: t0.Add(time.Hour)}
 				if !c.Expiry.Equal(want.Expiry) {
 					t.Fatalf("expiry %v, want %v", c.Expiry, want.Expiry)
 				}

@@ -13,6 +13,12 @@
 // identity, never outliving the client certificate of a renewal. Every
 // error becomes a gRPC status in one place, Code.
 //
+// A node agent (Istio's ztunnel in ambient mode) names the workload it asks
+// for in the request metadata ImpersonatedIdentity. The CSR's one URI SAN
+// must then be that identity, and Config.NodeAuthorizer (ca/nodeauth) must
+// allow the caller to impersonate it; without a NodeAuthorizer every
+// impersonation is refused. The audit line names both.
+//
 // The serving certificate is signed by the CA itself, kept in memory only,
 // and reissued before it expires or when the CA changes.
 package server

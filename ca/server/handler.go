@@ -5,14 +5,17 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/types/known/structpb"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/ca"
@@ -65,11 +68,15 @@ func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertific
 	if err != nil {
 		return nil, caller, err
 	}
-	if caller.Method == "clientcert" && caller.Certificate == nil {
+	if caller.Method == authn.MethodClientCert && caller.Certificate == nil {
 		return nil, caller, ca.Errorf(ca.KindInternal, "client-certificate caller without its certificate")
 	}
+	audit := caller.String()
+	if id, audit, err = s.impersonate(ctx, caller, req, csr, id); err != nil {
+		return nil, caller, err
+	}
 	issued, err := s.authority.Sign(ctx, ca.Request{
-		CSR: csr, ID: id, Caller: caller.String(), TTL: ttl,
+		CSR: csr, ID: id, Caller: audit, TTL: ttl,
 		Renewal:          caller.Certificate,
 		CredentialExpiry: caller.Expiry,
 	})
@@ -80,6 +87,88 @@ func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertific
 		s.log.Debug("certificate request from cluster", "cluster_id", cluster, "caller", caller.String())
 	}
 	return &securityv1alpha1.IstioCertificateResponse{CertChain: s.pem.chain(issued)}, caller, nil
+}
+
+// ImpersonatedIdentityKey is the request metadata key in which a node agent
+// (Istio's ztunnel) names the workload it asks a certificate for. The key
+// is case-sensitive, as in Istio; a key that differs from it only in case
+// is refused rather than ignored, so a client's typo is never silently
+// read as a request for the caller's own identity.
+const ImpersonatedIdentityKey = "ImpersonatedIdentity"
+
+// MaxImpersonatedIdentity is the longest ImpersonatedIdentity value read:
+// 2048 bytes, the SPIFFE ID length limit of the SPIFFE specification.
+const MaxImpersonatedIdentity = 2048
+
+// impersonate handles ImpersonatedIdentity. Without it, it returns id, the
+// caller's own identity, and the caller's name for the audit line. With
+// it, the CSR's one URI SAN must be the impersonated identity, node
+// authorization must allow it (s.nodeAuth; without one, node mode is off
+// and every impersonation is refused), and it returns the impersonated
+// identity and an audit name that says who impersonated it.
+func (s *Server) impersonate(ctx context.Context, caller *authn.Caller, req *securityv1alpha1.IstioCertificateRequest, csr *ca.CSR, id spiffeid.ID) (spiffeid.ID, string, error) {
+	target, ok, err := impersonatedIdentity(req.GetMetadata())
+	if err != nil || !ok {
+		return id, caller.String(), err
+	}
+	if s.nodeAuth == nil {
+		return id, "", ca.Errorf(ca.KindPermissionDenied, "impersonation (%s) is off on this CA: it needs trusted node accounts (--trusted-node-accounts) and a Kubernetes API server to watch pods (--kubeconfig or in-cluster)", ImpersonatedIdentityKey)
+	}
+	switch uris := csr.Request().URIs; {
+	case len(uris) != 1:
+		return id, "", ca.Errorf(ca.KindInvalidArgument, "an impersonation CSR must carry exactly one URI SAN, the impersonated identity; it has %d", len(uris))
+	case uris[0].String() != target.String():
+		return id, "", ca.Errorf(ca.KindPermissionDenied, "impersonation refused: condition 4 (identity): the CSR asks for %q but %s names %s", clipInput(uris[0].String()), ImpersonatedIdentityKey, target)
+	}
+	if err := s.nodeAuth.Authorize(ctx, caller, target); err != nil {
+		return id, "", err
+	}
+	return target, caller.String() + " impersonating, from pod " + caller.Namespace + "/" + caller.PodName, nil
+}
+
+// impersonatedIdentity reads ImpersonatedIdentity from the request
+// metadata: ok is false when it is absent or empty (as Istio's clients
+// send it when they do not impersonate); InvalidArgument when it is not a
+// string, longer than MaxImpersonatedIdentity, not a SPIFFE ID, or when a
+// key differs from it only in case.
+func impersonatedIdentity(md *structpb.Struct) (spiffeid.ID, bool, error) {
+	var v *structpb.Value
+	for k, val := range md.GetFields() {
+		switch {
+		case k == ImpersonatedIdentityKey:
+			v = val
+		case strings.EqualFold(k, ImpersonatedIdentityKey):
+			return spiffeid.ID{}, false, ca.Errorf(ca.KindInvalidArgument, "metadata key %q is not %s: keys are case-sensitive", k, ImpersonatedIdentityKey)
+		}
+	}
+	if v == nil {
+		return spiffeid.ID{}, false, nil
+	}
+	str, ok := v.GetKind().(*structpb.Value_StringValue)
+	if !ok {
+		return spiffeid.ID{}, false, ca.Errorf(ca.KindInvalidArgument, "metadata %s must be a string (a SPIFFE ID)", ImpersonatedIdentityKey)
+	}
+	raw := str.StringValue
+	switch {
+	case raw == "":
+		return spiffeid.ID{}, false, nil
+	case len(raw) > MaxImpersonatedIdentity:
+		return spiffeid.ID{}, false, ca.Errorf(ca.KindInvalidArgument, "metadata %s is %d bytes, more than the %d-byte limit", ImpersonatedIdentityKey, len(raw), MaxImpersonatedIdentity)
+	}
+	target, err := spiffeid.FromString(raw)
+	if err != nil {
+		return spiffeid.ID{}, false, ca.Wrap(ca.KindInvalidArgument, err, fmt.Sprintf("metadata %s %q is not a SPIFFE ID", ImpersonatedIdentityKey, clipInput(raw)))
+	}
+	return target, true, nil
+}
+
+// clipInput shortens caller input quoted in a message or a log.
+func clipInput(s string) string {
+	const max = 128
+	if len(s) <= max {
+		return strings.ToValidUTF8(s, "?")
+	}
+	return strings.ToValidUTF8(s[:max], "?") + "..."
 }
 
 // requestTTL converts validity_duration (seconds; 0 = the default).
@@ -135,6 +224,9 @@ func (s *Server) logFailure(ctx context.Context, err error, caller *authn.Caller
 	}
 	if cluster := req.GetMetadata().GetFields()["ClusterID"].GetStringValue(); cluster != "" {
 		attrs = append(attrs, "cluster_id", cluster)
+	}
+	if imp := req.GetMetadata().GetFields()[ImpersonatedIdentityKey].GetStringValue(); imp != "" {
+		attrs = append(attrs, "impersonated_identity", clipInput(imp))
 	}
 	switch ca.KindOf(err) {
 	case ca.KindInternal, ca.KindUnavailable:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -77,6 +78,11 @@ type Config struct {
 	// MaxHeaderListSize bounds a request's headers, in bytes. Default and
 	// maximum 64 KiB.
 	MaxHeaderListSize uint32
+	// NodeAuthorizer allows node agents (Istio's ztunnel) to impersonate
+	// the workloads on their node (ImpersonatedIdentity metadata; usually
+	// a *nodeauth.Authorizer). Nil: node mode is off and every
+	// impersonation is refused with PermissionDenied.
+	NodeAuthorizer NodeAuthorizer
 	// MaxTokenSize is the largest bearer token authenticated, in bytes;
 	// a larger one is Unauthenticated before it is hashed or reviewed.
 	// Default authn.MaxTokenSize (16 KiB), which is also the maximum.
@@ -95,12 +101,20 @@ type Config struct {
 	Registerer          prometheus.Registerer // nil registers no metrics
 }
 
+// NodeAuthorizer decides whether caller, a node agent, may have a
+// certificate for impersonated: nil, or a *ca.Error (PermissionDenied
+// naming the condition that failed, Unavailable when it could not decide).
+type NodeAuthorizer interface {
+	Authorize(ctx context.Context, caller *authn.Caller, impersonated spiffeid.ID) error
+}
+
 // Server is the CA's gRPC endpoint.
 type Server struct {
 	securityv1alpha1.UnimplementedIstioCertificateServiceServer
 
 	authority *ca.Authority
 	authn     authn.Authenticator
+	nodeAuth  NodeAuthorizer // nil: impersonation refused
 	listen    string
 	clock     clock.Clock
 	log       *slog.Logger
@@ -177,6 +191,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		authority: cfg.Authority,
 		authn:     cfg.Authenticator,
+		nodeAuth:  cfg.NodeAuthorizer,
 		listen:    cfg.Listen,
 		clock:     clk,
 		log:       cfg.Logger,

@@ -54,6 +54,10 @@ func TestCARBACIsMinimal(t *testing.T) {
 		{req{"create", "", "serviceaccounts", "default", "default", "token"}, false},
 		{req{"create", "", "pods", caNamespace, "", ""}, false},
 		{req{"get", "", "nodes", "", "", ""}, false},
+		// Pods only in node mode (deploy/ambient/, TestNodeModeRBAC).
+		{req{"list", "", "pods", "", "", ""}, false},
+		{req{"watch", "", "pods", "", "", ""}, false},
+		{req{"get", "", "pods", "default", "web", ""}, false},
 		{req{"impersonate", "", "serviceaccounts", "default", "default", ""}, false},
 	}
 	ctx := context.Background()

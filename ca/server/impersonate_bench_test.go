@@ -49,7 +49,7 @@ func BenchmarkImpersonationBurst(b *testing.B) {
 	for i := range pods {
 		id := sid("burst", fmt.Sprintf("sa-%d", i)).String()
 		imp[i] = impersonationRequest(b, id, map[string]any{server.ImpersonatedIdentityKey: id})
-		own[i] = &securityv1alpha1.IstioCertificateRequest{Csr: csrFor(b, genKey(b, certs.ECP256), sid("istio-system", "ztunnel"), nil)}
+		own[i] = &securityv1alpha1.IstioCertificateRequest{Csr: csrFor(b, testkit.Key(b, certs.ECP256), sid("istio-system", "ztunnel"), nil)}
 	}
 	c := e.client(b, "localhost", nil)
 	ctx := withToken(context.Background(), "ztunnel-a")

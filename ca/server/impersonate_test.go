@@ -140,7 +140,7 @@ func csrWithURI(t testing.TB, san string) string {
 		}
 		mod = func(r *x509.CertificateRequest) { r.URIs = []*url.URL{u} }
 	}
-	pem := csrFor(t, genKey(t, certs.ECP256), sid("x", "y"), mod)
+	pem := csrFor(t, testkit.Key(t, certs.ECP256), sid("x", "y"), mod)
 	csrKey[san] = pem
 	return pem
 }

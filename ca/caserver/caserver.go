@@ -15,6 +15,7 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
+	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/internal/monitor"
 )
@@ -25,10 +26,11 @@ import (
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
-	kc      *kubeClients    // nil without a cluster
-	kube    *kubeStack      // nil without a cluster, or with nothing to do there
-	key     *pkcs11.Key     // nil unless CAKey; closed when Run returns
-	monitor *monitor.Server // nil when disabled
+	kc      *kubeClients         // nil without a cluster
+	kube    *kubeStack           // nil without a cluster, or with nothing to do there
+	key     *pkcs11.Key          // nil unless CAKey; closed when Run returns
+	node    *nodeauth.Authorizer // nil unless node mode
+	monitor *monitor.Server      // nil when disabled
 
 	mu        sync.Mutex
 	authority *ca.Authority
@@ -45,6 +47,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger}
 	if s.kc, err = newKubeClients(cfg); err != nil {
+		return nil, err
+	}
+	if s.node, err = s.nodeAuthorizer(); err != nil {
 		return nil, err
 	}
 	if cfg.MonitoringListen != "" {
@@ -114,6 +119,26 @@ func (s *Server) loadBundle() (*keystore.Bundle, error) {
 	return keystore.LoadOrCreateSelfSigned(sc)
 }
 
+// nodeAuthorizer returns the node authorizer of TrustedNodeAccounts, or nil
+// when node mode is off or there is no cluster to see pods in.
+func (s *Server) nodeAuthorizer() (*nodeauth.Authorizer, error) {
+	cfg := s.cfg
+	if len(cfg.TrustedNodeAccounts) == 0 {
+		return nil, nil
+	}
+	if s.kc == nil {
+		s.log.Warn("trusted node accounts are configured but there is no Kubernetes client to see their pods: every impersonation will be refused", "accounts", len(cfg.TrustedNodeAccounts))
+		return nil, nil
+	}
+	return nodeauth.New(nodeauth.Config{
+		TrustedAccounts: cfg.TrustedNodeAccounts,
+		Client:          s.kc.controllers,
+		TrustDomain:     cfg.TrustDomain,
+		Logger:          cfg.Logger,
+		Registerer:      cfg.Registerer,
+	})
+}
+
 // closeKey closes the module key, if any.
 func (s *Server) closeKey() {
 	if s.key != nil {
@@ -144,7 +169,7 @@ func (s *Server) build(b *keystore.Bundle) error {
 	if err != nil {
 		return err
 	}
-	grpcSrv, err := server.New(server.Config{
+	scfg := server.Config{
 		Authority:     authority,
 		Authenticator: authn.NewChain(append(auths, cfg.ExtraAuthenticators...)...),
 		Listen:        cfg.Listen,
@@ -159,7 +184,11 @@ func (s *Server) build(b *keystore.Bundle) error {
 		Clock:               cfg.Clock,
 		Logger:              cfg.Logger,
 		Registerer:          cfg.Registerer,
-	})
+	}
+	if s.node != nil { // a nil *Authorizer in the interface would not be nil
+		scfg.NodeAuthorizer = s.node
+	}
+	grpcSrv, err := server.New(scfg)
 	if err != nil {
 		return err
 	}
@@ -310,6 +339,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.kube != nil {
 		g.Go(func() error { return s.kube.run(ctx) })
+	}
+	if s.node != nil {
+		g.Go(func() error { return s.node.Run(ctx) })
 	}
 	if s.kube != nil && s.cfg.KubeCASecret {
 		b, err := s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)

@@ -16,6 +16,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
 )
 
@@ -123,6 +124,11 @@ type Config struct {
 	// (finally); empty means every token, so the offline JWT check only
 	// sees tokens when there is no Kubernetes client.
 	TokenReviewIssuers []string
+	// TrustedNodeAccounts are the node agents (Istio's ztunnel) that may
+	// impersonate the pods on their own node (ImpersonatedIdentity, with
+	// ca/nodeauth's node authorization). Empty: node mode off, every
+	// impersonation refused. It needs a Kubernetes client to see pods.
+	TrustedNodeAccounts []identity.ServiceAccount
 	// ExtraAuthenticators are tried after the configured ones (dev, tests).
 	ExtraAuthenticators []authn.Authenticator
 

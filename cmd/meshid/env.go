@@ -17,6 +17,7 @@ var serverEnv = []cli.EnvPair{
 	{Flag: "trust-domain", Env: "TRUST_DOMAIN"},
 	{Flag: "namespace", Env: "POD_NAMESPACE"},
 	{Flag: "pod-name", Env: "POD_NAME"},
+	{Flag: "trusted-node-accounts", Env: "CA_TRUSTED_NODE_ACCOUNTS"},
 }
 
 // serverEnvDefaults applies serverEnv from lookup to the flags not set.

@@ -17,6 +17,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	kubeclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/ca/kube/rootpublisher"
+	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/cmd/internal/cli"
@@ -56,6 +57,7 @@ type serverFlags struct {
 	kubeBurst           int
 	publishRootCM       bool
 	rootCMNamespaces    string
+	trustedNodeAccounts string
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
@@ -84,6 +86,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 // registerHardening adds the flags of the limits in SECURITY.md, the CA key
 // module, and the Kubernetes clients and publisher.
 func (f *serverFlags) registerHardening(fs *pflag.FlagSet) {
+	fs.StringVar(&f.trustedNodeAccounts, "trusted-node-accounts", "", "ambient: NS/SA,... of node agents (ztunnel) that may impersonate the pods on their node (env CA_TRUSTED_NODE_ACCOUNTS; empty = off)")
 	fs.StringVar(&f.caKey, "ca-key", "", "CA signing key in a PKCS#11 module (RFC 7512 URI: pkcs11:token=...;object=...?module-path=...&pin-source=...); certificates still come from --ca-dir or --state-dir. Unset = ca-key.pem")
 	fs.BoolVar(&f.capTTLToToken, "cap-ttl-to-token", false, "never sign a token-proved leaf past the token's expiry (off, as Istio; see SECURITY.md)")
 	fs.DurationVar(&f.maxTokenLifetime, "max-token-lifetime", authn.DefaultMaxTokenLifetime, "longest accepted offline JWT lifetime past its iat (negative = no bound)")
@@ -147,6 +150,9 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 	if cfg.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
 		return caserver.Config{}, fmt.Errorf("--root-configmap-namespaces: %w", err)
 	}
+	if cfg.TrustedNodeAccounts, err = nodeauth.ParseTrustedAccounts(f.trustedNodeAccounts); err != nil {
+		return caserver.Config{}, fmt.Errorf("--trusted-node-accounts: %w", err)
+	}
 	if f.caKey != "" {
 		if cfg.CAKey, err = pkcs11.ParseURI(f.caKey); err != nil {
 			return caserver.Config{}, fmt.Errorf("--ca-key: %w", err)
@@ -182,7 +188,7 @@ identity the caller proved.
 
 Environment fallbacks (istiod names): DEFAULT_WORKLOAD_CERT_TTL,
 MAX_WORKLOAD_CERT_TTL, TOKEN_AUDIENCES, ROOT_CA_DIR, TRUST_DOMAIN,
-POD_NAMESPACE, POD_NAME.`,
+POD_NAMESPACE, POD_NAME, CA_TRUSTED_NODE_ACCOUNTS.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := serverConfig(cmd.Flags(), f, cli.Env)

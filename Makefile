@@ -33,7 +33,7 @@ softhsm:
 	@if command -v softhsm2-util >/dev/null 2>&1; then echo "softhsm2 already installed"; \
 	else SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update && $$SUDO apt-get install -y softhsm2; fi
 
-## kube-binaries: build kube-apiserver (and etcd) once into test/kube/.cache.
+## kube-binaries: build kube-apiserver (and etcd) once into ~/.cache/meshid/kube-bin (shared by every clone).
 kube-binaries:
 	bash test/kube/hack/build-binaries.sh
 

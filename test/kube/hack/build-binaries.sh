@@ -3,7 +3,8 @@
 # from the module proxy via test/kube/tools/go.mod (its own module, pinned to
 # exactly the versions k8s.io/kubernetes v1.37.2 was released with, so that
 # neither meshid's nor the suite's dependencies change what is built), into
-# test/kube/.cache/bin.
+# a per-user cache (~/.cache/meshid/kube-bin, or $KUBE_BIN_DIR) shared by every
+# clone of the repository on the machine.
 #
 # A stamp of the inputs (go version, tools/go.mod, go.sum, cmd/ sources) is kept next
 # to the binaries; when it matches, nothing is rebuilt. The Go build cache makes
@@ -13,7 +14,8 @@
 # Usage: bash test/kube/hack/build-binaries.sh   (from anywhere)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin="${KUBE_BIN_DIR:-$PWD/.cache/bin}"
+# The same default as harness.BinDir: a per-user cache shared by every clone.
+bin="${KUBE_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/meshid/kube-bin}"
 mkdir -p "$bin"
 
 exec 9>"$bin/.lock"

@@ -43,13 +43,20 @@ func RepoRoot() (string, error) {
 	return filepath.Dir(filepath.Dir(root)), nil
 }
 
-// BinDir is where hack/build-binaries.sh puts etcd and kube-apiserver.
+// BinDir is where hack/build-binaries.sh puts etcd and kube-apiserver:
+// $KUBE_BIN_DIR, else a per-user cache ($XDG_CACHE_HOME or ~/.cache, under
+// meshid/kube-bin), shared by every clone and worktree on the machine so
+// that a fresh clone (CI) does not build them again; the script's stamp of
+// its inputs decides when they are rebuilt.
 func BinDir() (string, error) {
-	root, err := ModuleRoot()
-	if err != nil {
-		return "", err
+	if d := os.Getenv("KUBE_BIN_DIR"); d != "" {
+		return d, nil
 	}
-	return filepath.Join(root, ".cache", "bin"), nil
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("harness: no cache directory for the kube binaries (set KUBE_BIN_DIR): %w", err)
+	}
+	return filepath.Join(cache, "meshid", "kube-bin"), nil
 }
 
 // EnsureBinaries runs hack/build-binaries.sh, which returns at once when

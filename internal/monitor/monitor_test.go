@@ -82,3 +82,25 @@ func TestNewValidates(t *testing.T) {
 		t.Error("New without Gatherer succeeded")
 	}
 }
+
+// Debug endpoints (a forced rotation, profiles) have no authentication:
+// New serves them only on a loopback address (security review, hole 6).
+func TestDebugEndpointsLoopbackOnly(t *testing.T) {
+	h := map[string]http.Handler{"/debug/rotate": http.NotFoundHandler()}
+	for listen, ok := range map[string]bool{
+		"127.0.0.1:0": true, "127.0.0.2:15020": true, "[::1]:0": true, "localhost:0": true,
+		"0.0.0.0:15020": false, ":15020": false, "[::]:0": false, "10.0.0.1:15020": false, "example.com:80": false, "garbage": false,
+	} {
+		_, err := monitor.New(monitor.Config{Listen: listen, Gatherer: prometheus.NewRegistry(), Handlers: h})
+		if (err == nil) != ok {
+			t.Errorf("debug endpoints on %q: %v, want allowed=%v", listen, err, ok)
+		}
+		if monitor.Loopback(listen) != ok {
+			t.Errorf("Loopback(%q) = %v", listen, !ok)
+		}
+	}
+	// Without /debug/ paths any address is fine.
+	if _, err := monitor.New(monitor.Config{Listen: "0.0.0.0:0", Gatherer: prometheus.NewRegistry(), Handlers: map[string]http.Handler{"/other": http.NotFoundHandler()}}); err != nil {
+		t.Fatal(err)
+	}
+}

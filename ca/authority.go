@@ -43,7 +43,7 @@ type Config struct {
 	// are always capped at the presented certificate's NotAfter.
 	CapTTLToToken bool
 	Clock         clock.Clock
-	Logger        *slog.Logger          // nil -> slog.Default(); audit lines go here
+	Logger        *slog.Logger          // nil discards logs (audit lines too); cmd always sets one
 	Registerer    prometheus.Registerer // nil -> no metrics registered
 }
 
@@ -122,7 +122,7 @@ func New(cfg Config) (*Authority, error) {
 		log:        cfg.Logger,
 	}
 	if a.log == nil {
-		a.log = slog.Default()
+		a.log = slog.New(slog.DiscardHandler)
 	}
 	if err := a.SetBundle(cfg.Bundle); err != nil {
 		return nil, err

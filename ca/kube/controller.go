@@ -80,7 +80,7 @@ type Config struct {
 	RetryPeriod   time.Duration // 0 = 2s
 
 	Clock      clock.Clock           // nil = real time
-	Logger     *slog.Logger          // nil = slog.Default()
+	Logger     *slog.Logger          // nil discards logs
 	Registerer prometheus.Registerer // nil = no metrics
 }
 
@@ -100,7 +100,7 @@ type Controller struct {
 func New(cfg Config) (*Controller, error) {
 	log := cfg.Logger
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.RootPollInterval < 0 {
 		return nil, fmt.Errorf("kube: negative root poll interval %s", cfg.RootPollInterval)

@@ -114,7 +114,7 @@ func New(cfg Config) (*Client, error) {
 		c.timeout = DefaultTimeout
 	}
 	if c.log == nil {
-		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.log = c.log.With("component", "caclient", "ca_addr", cfg.Addr)
 	if cfg.ClusterID != "" {

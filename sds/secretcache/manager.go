@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -193,7 +192,7 @@ func New(cfg Config) (*Manager, error) {
 		m.backoffMax = m.backoffBase
 	}
 	if m.log == nil {
-		m.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		m.log = slog.New(slog.DiscardHandler)
 	}
 	m.log = m.log.With("component", "secretcache")
 	met, err := newMetrics(cfg.Registerer, m)

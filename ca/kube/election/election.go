@@ -39,7 +39,7 @@ type Config struct {
 	// after. Required.
 	Lead func(ctx context.Context)
 
-	Logger     *slog.Logger          // nil = slog.Default()
+	Logger     *slog.Logger          // nil discards logs
 	Registerer prometheus.Registerer // nil = no metrics
 }
 
@@ -80,7 +80,7 @@ func New(cfg Config) (*Elector, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	e := &Elector{cfg: cfg, log: log.With("component", "election", "lease", cfg.Namespace+"/"+cfg.LeaseName, "identity", cfg.Identity)}
 	// Build one elector now so that bad durations fail here, not in Run.

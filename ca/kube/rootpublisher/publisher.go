@@ -71,7 +71,7 @@ type Config struct {
 	LogInterval time.Duration
 
 	Clock      clock.Clock           // nil = real time
-	Logger     *slog.Logger          // nil = slog.Default()
+	Logger     *slog.Logger          // nil discards logs
 	Registerer prometheus.Registerer // nil = no metrics
 }
 
@@ -135,7 +135,7 @@ func New(cfg Config) (*Publisher, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	p := &Publisher{
 		cfg:      cfg,

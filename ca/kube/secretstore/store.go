@@ -55,7 +55,7 @@ type Config struct {
 	RetryInterval time.Duration
 
 	Clock      clock.Clock           // nil = real time
-	Logger     *slog.Logger          // nil = slog.Default()
+	Logger     *slog.Logger          // nil discards logs
 	Registerer prometheus.Registerer // nil = no metrics
 }
 
@@ -110,7 +110,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
 		cfg:      cfg,

@@ -401,13 +401,21 @@ func (k *Key) Close() error {
 	case <-deadline.C():
 		return fmt.Errorf("pkcs11: close %s: a reopen of the module has not returned within %v", keyName(k.cfg.URI), k.cfg.SessionWait)
 	}
-	c := k.cur.Swap(nil)
-	if c == nil {
+	k.mu.Lock()
+	prev := k.prev
+	k.mu.Unlock()
+	if c := k.cur.Swap(nil); c != nil {
+		go closeConn(c)
+		prev = c // dropped before c was opened, so already closed
+	}
+	if prev == nil {
 		return nil
 	}
-	go closeConn(c)
+	// Wait for the module to be released: the next user of the module in
+	// this process (a new Key, or a test's next token) must not find it
+	// still half open.
 	select {
-	case <-c.done:
+	case <-prev.done:
 		return nil
 	case <-deadline.C():
 		return fmt.Errorf("pkcs11: close %s: a module call has not returned within %v", keyName(k.cfg.URI), k.cfg.SessionWait)

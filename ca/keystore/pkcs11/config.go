@@ -3,13 +3,16 @@ package pkcs11
 import (
 	"errors"
 	"time"
+
+	"github.com/meshid/meshid/internal/clock"
 )
 
 // Defaults.
 const (
-	// DefaultSessionWait bounds how long a signature waits for a free
-	// module session; past it the request fails with Unavailable instead of
-	// hanging.
+	// DefaultSessionWait bounds how long a signature may take in all: the
+	// wait for the module (a reopen in progress, a free session) and the
+	// module call itself. Past it the request fails with Unavailable
+	// instead of hanging, even when the module never returns.
 	DefaultSessionWait = 5 * time.Second
 	// DefaultMaxSessions is the number of module sessions kept open (one is
 	// the long-lived login session).
@@ -21,6 +24,7 @@ type Config struct {
 	URI         *URI          // from ParseURI; required
 	SessionWait time.Duration // 0 = DefaultSessionWait
 	MaxSessions int           // 0 = DefaultMaxSessions; at least 2
+	Clock       clock.Clock   // nil = the wall clock; tests inject a fake
 }
 
 func (cfg Config) withDefaults() (Config, error) {
@@ -30,6 +34,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.SessionWait == 0 {
 		cfg.SessionWait = DefaultSessionWait
 	}
+	cfg.Clock = clock.OrReal(cfg.Clock)
 	if cfg.MaxSessions == 0 {
 		cfg.MaxSessions = DefaultMaxSessions
 	}

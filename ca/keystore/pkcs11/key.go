@@ -31,23 +31,48 @@ const ReopenInterval = time.Second
 // its token) the failure is returned wrapping keystore.ErrKeyUnavailable,
 // the module is closed, and a later Sign reopens it (at most once per
 // ReopenInterval) and checks that the key found has the same public key.
+//
+// A module call cannot be cancelled, and a broken module may never return
+// from one (SoftHSM2 hangs or crashes in C_SignInit when finalized under a
+// running call; an HSM behind a dead network link can block for ever). So
+// every Sign ends within Config.SessionWait whatever the module does: the
+// call runs on a goroutine of its own and the request stops waiting for it
+// at the deadline, failing Unavailable and dropping the module connection;
+// no lock is ever held across a module call that a request waits on
+// without a deadline; and at most MaxSessions calls are outstanding, so a
+// module that hangs every call strands at most MaxSessions goroutines.
 type Key struct {
 	cfg Config
 	pin string
 	pub crypto.PublicKey
 
-	cur      atomic.Pointer[conn] // nil while the module is down
-	mu       sync.Mutex           // serialises reopen and close
-	nextTry  time.Time            // guarded by mu
-	lastErr  error                // guarded by mu
-	closed   bool                 // guarded by mu
-	now      func() time.Time     // the clock, replaced in tests
-	reopened atomic.Int64         // successful reopens, for tests
+	cur   atomic.Pointer[conn] // nil while the module is down
+	calls chan struct{}        // one token per module call outstanding
+	// reopen serialises reopening and Close. It is a channel, not a
+	// sync.Mutex, so that a request can give up waiting for it at its
+	// deadline while a reopen hangs in the module.
+	reopen chan struct{}
+	closed atomic.Bool
+
+	mu      sync.Mutex // guards the fields below; never held across a module call
+	nextTry time.Time
+	lastErr error
+	prev    *conn // the connection dropped last; its close may still be under way
+
+	reopened atomic.Int64 // successful reopens, for tests
+	// sign makes the module call; tests replace it to simulate a module
+	// that never returns.
+	sign func(s crypto.Signer, digest []byte, opts crypto.SignerOpts) ([]byte, error)
 }
 
 type conn struct {
 	ctx    *crypto11.Context
 	signer crypto11.Signer
+	done   chan struct{} // closed once ctx.Close has returned
+}
+
+func moduleSign(s crypto.Signer, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
+	return s.Sign(rand.Reader, digest, opts) // the module draws its own randomness
 }
 
 // New opens the module named by cfg.URI, logs in with the PIN from its
@@ -102,7 +127,13 @@ func prepare(cfg Config) (*Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Key{cfg: cfg, pin: pin, now: time.Now}, nil
+	return &Key{
+		cfg:    cfg,
+		pin:    pin,
+		calls:  make(chan struct{}, cfg.MaxSessions),
+		reopen: make(chan struct{}, 1),
+		sign:   moduleSign,
+	}, nil
 }
 
 // open configures a crypto11 context and finds (or, with generate, creates)
@@ -154,7 +185,7 @@ func (k *Key) open(generate bool, kt certs.KeyType) (*conn, error) {
 		ctx.Close()
 		return nil, fmt.Errorf("pkcs11: key %s: %w", keyName(u), err)
 	}
-	return &conn{ctx: ctx, signer: signer}, nil
+	return &conn{ctx: ctx, signer: signer, done: make(chan struct{})}, nil
 }
 
 func generateKey(ctx *crypto11.Context, u *URI, kt certs.KeyType) (crypto11.Signer, error) {
@@ -206,56 +237,141 @@ func isFalse(v []byte) bool { return len(v) == 1 && v[0] == 0 }
 // Public returns the public key, read from the module once at New.
 func (k *Key) Public() crypto.PublicKey { return k.pub }
 
-// Sign signs digest in the module. A failure wraps
-// keystore.ErrKeyUnavailable.
-func (k *Key) Sign(r io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
-	c, err := k.conn()
+// Sign signs digest in the module. It returns within Config.SessionWait,
+// whatever the module does. A failure wraps keystore.ErrKeyUnavailable.
+func (k *Key) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
+	deadline := k.cfg.Clock.NewTimer(k.cfg.SessionWait)
+	defer deadline.Stop()
+	sig, err := k.signBy(deadline.C(), digest, opts)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", keystore.ErrKeyUnavailable, err)
-	}
-	sig, err := c.signer.Sign(r, digest, opts)
-	if err != nil {
-		k.drop(c, err)
 		return nil, fmt.Errorf("%w: pkcs11: sign with %s: %v", keystore.ErrKeyUnavailable, keyName(k.cfg.URI), err)
 	}
 	return sig, nil
 }
 
-// conn returns the open module, or reopens it if it failed and the last
-// attempt is older than ReopenInterval.
-func (k *Key) conn() (*conn, error) {
-	if c := k.cur.Load(); c != nil {
-		return c, nil
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if c := k.cur.Load(); c != nil {
-		return c, nil
-	}
-	if k.closed {
-		return nil, errors.New("pkcs11: key closed")
-	}
-	now := k.now()
-	if now.Before(k.nextTry) {
-		return nil, fmt.Errorf("pkcs11: module down (%v); retrying from %s", k.lastErr, k.nextTry.UTC().Format(time.RFC3339))
-	}
-	k.nextTry = now.Add(ReopenInterval)
-	c, err := k.open(false, "")
-	if err == nil && !certs.KeyMatches(k.pub, c.signer) {
-		c.ctx.Close()
-		err = fmt.Errorf("pkcs11: key %s in the reopened module is not the key the CA started with", keyName(k.cfg.URI))
-	}
-	if err != nil {
-		k.lastErr = err
-		return nil, err
-	}
-	k.cur.Store(c)
-	k.reopened.Add(1)
-	return c, nil
+type signed struct {
+	sig []byte
+	err error
 }
 
-// drop closes c after a failed signature, so the next Sign reopens the
-// module. Closing waits for c's other signatures in flight to return.
+func (k *Key) signBy(expired <-chan time.Time, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
+	c, err := k.conn(expired)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case k.calls <- struct{}{}:
+	case <-expired:
+		return nil, fmt.Errorf("%d module calls have not returned within %v", cap(k.calls), k.cfg.SessionWait)
+	}
+	res := make(chan signed, 1)
+	go func() {
+		defer func() { <-k.calls }() // only once the module has returned
+		sig, err := k.sign(c.signer, digest, opts)
+		res <- signed{sig, err}
+	}()
+	select {
+	case r := <-res:
+		if r.err != nil {
+			k.drop(c, r.err)
+			// Let the close finish (normally at once) so that the next
+			// request reopens a clean module; never past the deadline.
+			select {
+			case <-c.done:
+			case <-expired:
+			}
+		}
+		return r.sig, r.err
+	case <-expired:
+		err := fmt.Errorf("the module did not return within %v", k.cfg.SessionWait)
+		k.drop(c, err)
+		return nil, err
+	}
+}
+
+// conn returns the open module, or reopens it if it failed and the last
+// attempt is older than ReopenInterval. It gives up when expired fires.
+func (k *Key) conn(expired <-chan time.Time) (*conn, error) {
+	if c := k.cur.Load(); c != nil {
+		return c, nil
+	}
+	select {
+	case k.reopen <- struct{}{}:
+	case <-expired:
+		return nil, fmt.Errorf("pkcs11: the module is being reopened and did not answer within %v", k.cfg.SessionWait)
+	}
+	unlock := func() { <-k.reopen }
+	if c := k.cur.Load(); c != nil {
+		unlock()
+		return c, nil
+	}
+	if k.closed.Load() {
+		unlock()
+		return nil, errors.New("pkcs11: key closed")
+	}
+	k.mu.Lock()
+	prev := k.prev
+	k.mu.Unlock()
+	if prev != nil {
+		// Opening the module again before the dropped connection is closed
+		// would share its half-closed state (crypto11 counts references to
+		// a module). The close waits for the old calls to return, which a
+		// broken module may never do: wait no longer than the deadline.
+		select {
+		case <-prev.done:
+		case <-expired:
+			unlock()
+			return nil, fmt.Errorf("pkcs11: module down; a call into it has not returned within %v", k.cfg.SessionWait)
+		}
+	}
+	k.mu.Lock()
+	now := k.cfg.Clock.Now()
+	nextTry, lastErr := k.nextTry, k.lastErr
+	if !now.Before(nextTry) {
+		k.nextTry = now.Add(ReopenInterval)
+	}
+	k.mu.Unlock()
+	if now.Before(nextTry) {
+		unlock()
+		return nil, fmt.Errorf("pkcs11: module down (%v); retrying from %s", lastErr, nextTry.UTC().Format(time.RFC3339))
+	}
+	res := make(chan *conn, 1)
+	errc := make(chan error, 1)
+	go func() {
+		defer unlock()
+		c, err := k.open(false, "")
+		if err == nil && !certs.KeyMatches(k.pub, c.signer) {
+			c.ctx.Close()
+			err = fmt.Errorf("pkcs11: key %s in the reopened module is not the key the CA started with", keyName(k.cfg.URI))
+		}
+		if err == nil && k.closed.Load() {
+			c.ctx.Close()
+			err = errors.New("pkcs11: key closed")
+		}
+		if err != nil {
+			k.mu.Lock()
+			k.lastErr = err
+			k.mu.Unlock()
+			errc <- err
+			return
+		}
+		k.cur.Store(c)
+		k.reopened.Add(1)
+		res <- c
+	}()
+	select {
+	case c := <-res:
+		return c, nil
+	case err := <-errc:
+		return nil, err
+	case <-expired:
+		return nil, fmt.Errorf("pkcs11: reopening the module did not finish within %v", k.cfg.SessionWait)
+	}
+}
+
+// drop takes c out of use after a failed signature and closes it in the
+// background: closing waits for c's calls in flight to return, which a
+// broken module may never do.
 func (k *Key) drop(c *conn, cause error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -263,18 +379,47 @@ func (k *Key) drop(c *conn, cause error) {
 		return // already dropped by a concurrent failure
 	}
 	k.lastErr = cause
+	k.prev = c
+	go closeConn(c)
+}
+
+func closeConn(c *conn) {
+	defer close(c.done)
 	c.ctx.Close()
 }
 
-// Close logs out and releases the module. Later signatures fail.
+// Close logs out and releases the module; later signatures fail. It waits
+// for signatures in flight to return, at most SessionWait, and reports a
+// module that did not release in time.
 func (k *Key) Close() error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.closed = true
-	if c := k.cur.Swap(nil); c != nil {
-		return c.ctx.Close()
+	k.closed.Store(true)
+	deadline := k.cfg.Clock.NewTimer(k.cfg.SessionWait)
+	defer deadline.Stop()
+	select {
+	case k.reopen <- struct{}{}:
+		defer func() { <-k.reopen }()
+	case <-deadline.C():
+		return fmt.Errorf("pkcs11: close %s: a reopen of the module has not returned within %v", keyName(k.cfg.URI), k.cfg.SessionWait)
 	}
-	return nil
+	k.mu.Lock()
+	prev := k.prev
+	k.mu.Unlock()
+	if c := k.cur.Swap(nil); c != nil {
+		go closeConn(c)
+		prev = c // dropped before c was opened, so already closed
+	}
+	if prev == nil {
+		return nil
+	}
+	// Wait for the module to be released: the next user of the module in
+	// this process (a new Key, or a test's next token) must not find it
+	// still half open.
+	select {
+	case <-prev.done:
+		return nil
+	case <-deadline.C():
+		return fmt.Errorf("pkcs11: close %s: a module call has not returned within %v", keyName(k.cfg.URI), k.cfg.SessionWait)
+	}
 }
 
 // String names the key without any secret.

@@ -4,6 +4,8 @@ package pkcs11_test
 
 import (
 	"context"
+	"crypto"
+	"crypto/rand"
 	"crypto/x509"
 	"errors"
 	"log/slog"
@@ -12,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +28,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore/pkcs11/softhsm"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
 )
 
 var td = spiffeid.RequireTrustDomainFromString("cluster.local")
@@ -395,8 +399,8 @@ func TestClosedKeyIsUnavailable(t *testing.T) {
 func TestReopenIsRateLimited(t *testing.T) {
 	tk := softhsm.New(t)
 	key := generate(t, tk, "ca", certs.ECP256)
-	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
-	pkcs11.SetNow(key, func() time.Time { return now })
+	clk := clock.NewFake(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	pkcs11.SetClock(key, clk)
 	a, _ := hsmAuthority(t, key)
 
 	// Hide the token: the module, reinitialised, finds no token.
@@ -425,7 +429,7 @@ func TestReopenIsRateLimited(t *testing.T) {
 	if _, err := signLeaf(t, a); err == nil {
 		t.Fatal("reopened before the interval passed")
 	}
-	now = now.Add(pkcs11.ReopenInterval)
+	clk.Add(pkcs11.ReopenInterval)
 	iss, err := signLeaf(t, a)
 	if err != nil {
 		t.Fatalf("module back and interval passed, still: %v", err)
@@ -462,6 +466,12 @@ func TestSoftHSMMissingFailsUnderCI(t *testing.T) {
 
 // TestModuleFailsUnderLoad finalizes the module while 8 goroutines sign:
 // every failure is Unavailable, nothing panics, and signing resumes.
+//
+// The fault is injected between module calls, never during one: PKCS#11
+// leaves C_Finalize undefined while other threads are inside the module
+// (v2.40 §5.4), and SoftHSM2 2.6 then hangs for ever in C_SignInit or
+// crashes (SIGSEGV). What a module call that never returns does to the CA
+// is TestSignEndsWithinSessionWait's subject.
 func TestModuleFailsUnderLoad(t *testing.T) {
 	tk := softhsm.New(t)
 	key := generate(t, tk, "ca", certs.ECP256)
@@ -470,16 +480,21 @@ func TestModuleFailsUnderLoad(t *testing.T) {
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	var inModule sync.RWMutex // held shared by each request, alone by the fault
 	var failed, signed int
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 40 {
 				if g == 0 && i == 10 {
+					inModule.Lock()
 					if err := raw.Finalize(); err != nil {
 						t.Error(err)
 					}
+					inModule.Unlock()
 				}
+				inModule.RLock()
 				_, err := signLeaf(t, a)
+				inModule.RUnlock()
 				mu.Lock()
 				if err != nil {
 					failed++
@@ -503,6 +518,156 @@ func TestModuleFailsUnderLoad(t *testing.T) {
 	}
 	verifyLeaf(t, iss)
 	t.Logf("%d signed, %d unavailable", signed, failed)
+}
+
+// stuckModule makes key's module calls never return (until the test ends)
+// while stuck is true; otherwise they go to the module. It counts the calls
+// that are stuck.
+type stuckModule struct {
+	stuck   atomic.Bool
+	waiting atomic.Int64
+	entered chan struct{} // one value per call that got stuck
+	release chan struct{}
+}
+
+// stuckCalls waits until n calls are stuck in the module.
+func (m *stuckModule) stuckCalls(t *testing.T, n int) {
+	t.Helper()
+	w := watchdog(t)
+	for i := range n {
+		select {
+		case <-m.entered:
+		case <-w:
+			t.Fatalf("%d of %d calls reached the module", i, n)
+		}
+	}
+}
+
+func hang(t *testing.T, key *pkcs11.Key) *stuckModule {
+	m := &stuckModule{entered: make(chan struct{}, 1000), release: make(chan struct{})}
+	m.stuck.Store(true)
+	t.Cleanup(func() { close(m.release) })
+	pkcs11.SetModuleSign(key, func(s crypto.Signer, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
+		if m.stuck.Load() {
+			m.waiting.Add(1)
+			m.entered <- struct{}{}
+			<-m.release
+			return nil, errors.New("released at the end of the test")
+		}
+		return s.Sign(rand.Reader, digest, opts)
+	})
+	return m
+}
+
+// watchdog bounds, in real time, a wait that must end at once: it turns a
+// hang into a failure instead of a stalled test binary.
+func watchdog(t *testing.T) <-chan struct{} {
+	done := make(chan struct{})
+	tm := time.AfterFunc(time.Minute, func() { close(done) })
+	t.Cleanup(func() { tm.Stop() })
+	return done
+}
+
+// TestSignEndsWithinSessionWait: a module call that never returns (a module
+// finalized under a running call, an HSM behind a dead link) fails the
+// request Unavailable once SessionWait has passed on the injected clock,
+// and the next request reopens the module and is signed. Before the fix,
+// Sign waited for the module for ever, and the next failure closed the
+// module holding the Key's lock, so every later request hung too.
+func TestSignEndsWithinSessionWait(t *testing.T) {
+	tk := softhsm.New(t)
+	key := generate(t, tk, "ca", certs.ECP256)
+	a, _ := hsmAuthority(t, key)
+	clk := clock.NewFake(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	pkcs11.SetClock(key, clk)
+	m := hang(t, key)
+
+	errc := make(chan error, 1)
+	go func() {
+		_, err := signLeaf(t, a)
+		errc <- err
+	}()
+	m.stuckCalls(t, 1)
+	if !clk.WaitForWaiters(1, watchdog(t)) {
+		t.Fatal("Sign set no deadline on the injected clock")
+	}
+	clk.Add(pkcs11.DefaultSessionWait - time.Nanosecond)
+	select {
+	case err := <-errc:
+		t.Fatalf("returned before the session wait passed: %v", err)
+	default:
+	}
+	clk.Add(time.Nanosecond)
+	var err error
+	select {
+	case err = <-errc:
+	case <-watchdog(t):
+		t.Fatal("Sign still waits for the module after the session wait")
+	}
+	if ca.KindOf(err) != ca.KindUnavailable || server.Code(err) != codes.Unavailable || !errors.Is(err, keystore.ErrKeyUnavailable) {
+		t.Fatalf("err = %v, want Unavailable wrapping keystore.ErrKeyUnavailable", err)
+	}
+	if !strings.Contains(err.Error(), "did not return within 5s") {
+		t.Fatalf("err = %v, want one that says the module did not return", err)
+	}
+
+	// The stuck call is still stuck; the module works again.
+	m.stuck.Store(false)
+	iss, err := signLeaf(t, a)
+	if err != nil {
+		t.Fatalf("next request with one call stranded: %v", err)
+	}
+	verifyLeaf(t, iss)
+	if n := pkcs11.Reopened(key); n != 1 {
+		t.Fatalf("reopened %d times, want 1", n)
+	}
+	if n := m.waiting.Load(); n != 1 {
+		t.Fatalf("%d calls stuck, want 1", n)
+	}
+}
+
+// TestHungModuleStrandsAtMostMaxSessions: a module that hangs every call,
+// asked 50 times at once: each request fails Unavailable at the session
+// wait, and no more than MaxSessions calls ever enter the module, so the
+// goroutines a dead module strands are bounded.
+func TestHungModuleStrandsAtMostMaxSessions(t *testing.T) {
+	tk := softhsm.New(t)
+	k, err := pkcs11.Generate(pkcs11.Config{URI: mustURI(t, tk.URI("ca")), MaxSessions: 3}, certs.ECP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	a, _ := hsmAuthority(t, k)
+	clk := clock.NewFake(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	pkcs11.SetClock(k, clk)
+	m := hang(t, k)
+
+	const n = 50
+	errc := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := signLeaf(t, a)
+			errc <- err
+		}()
+	}
+	m.stuckCalls(t, 3)
+	if !clk.WaitForWaiters(n, watchdog(t)) {
+		t.Fatalf("%d of %d requests set a deadline", clk.Waiters(), n)
+	}
+	clk.Add(pkcs11.DefaultSessionWait)
+	for i := range n {
+		select {
+		case err := <-errc:
+			if ca.KindOf(err) != ca.KindUnavailable {
+				t.Fatalf("request %d: %v, want unavailable", i, err)
+			}
+		case <-watchdog(t):
+			t.Fatalf("%d of %d requests still wait past the session wait", n-i, n)
+		}
+	}
+	if got := m.waiting.Load(); got != 3 {
+		t.Fatalf("%d calls entered the hung module, want MaxSessions (3)", got)
+	}
 }
 
 func TestConfigRejects(t *testing.T) {

@@ -3,6 +3,7 @@ package workloadapi_test
 import (
 	"context"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -120,3 +121,5 @@ func guardCtx(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+func runtimeGosched() { runtime.Gosched() }

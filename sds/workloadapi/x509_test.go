@@ -341,3 +341,29 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		t.Fatalf("valid config refused: %v", err)
 	}
 }
+
+// The group option: 0660 lets the group connect, and the directory the
+// agent creates for the socket lets the group in too.
+func TestSocketGroupMode(t *testing.T) {
+	a := newAgent(t, nil, nil, "app", func(c *workloadapi.Config) {
+		c.SocketPath = filepath.Join(testkit.ShortDir(t), "sub", "workload.sock")
+		c.SocketMode = 0o660
+	})
+	fi, err := os.Stat(a.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o660 {
+		t.Fatalf("socket mode %v, want 0660", fi.Mode())
+	}
+	di, err := os.Stat(filepath.Dir(a.path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if di.Mode().Perm() != 0o750 {
+		t.Fatalf("socket directory mode %v, want 0750", di.Mode())
+	}
+	if _, err := spiffewl.FetchX509SVID(guardCtx(t), a.addr()); err != nil {
+		t.Fatal(err)
+	}
+}

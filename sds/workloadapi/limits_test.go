@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	workloadpb "github.com/spiffe/go-spiffe/v2/proto/spiffe/workload"
 	"go.uber.org/goleak"
@@ -148,7 +149,11 @@ func TestStreamLimit(t *testing.T) {
 // One connection more than MaxConnections is closed at once; the
 // connections within the cap are served.
 func TestConnectionLimit(t *testing.T) {
-	a := newAgent(t, nil, nil, "app", func(c *workloadapi.Config) { c.MaxConnections = 2 })
+	logs := testkit.NewLogRecorder()
+	a := newAgent(t, nil, nil, "app", func(c *workloadapi.Config) {
+		c.MaxConnections = 2
+		c.Logger = logs.Logger()
+	})
 	ctx := withHeader(guardCtx(t))
 	for i := range 2 {
 		s, err := raw(t, a.path).FetchX509SVID(ctx, &workloadpb.X509SVIDRequest{})
@@ -171,6 +176,20 @@ func TestConnectionLimit(t *testing.T) {
 	if n := testkit.Metric(t, a.reg, "meshid_workloadapi_refused_total", "reason", "connections"); n < 5 {
 		t.Fatalf("refused_total{connections} = %v, want at least 5", n)
 	}
+	// The refusals warn once a minute, not once each.
+	const warning = "Workload API connections refused"
+	if n := logs.Count(warning); n != 1 {
+		t.Fatalf("%d warnings for the refused connections, want 1:\n%s", n, logs.All())
+	}
+	a.clock.Add(time.Minute)
+	s, err := raw(t, a.path).FetchX509SVID(ctx, &workloadpb.X509SVIDRequest{}, grpc.WaitForReady(false))
+	if err == nil {
+		_, err = s.Recv()
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("connection beyond the cap: %v", err)
+	}
+	logs.WaitFor(t, warning, 2)
 }
 
 // A request above MaxRequestSize is refused with ResourceExhausted

@@ -91,6 +91,10 @@ type Server struct {
 	streams         chan struct{} // a token per open stream
 	x509            responses
 
+	warnMu       sync.Mutex
+	lastWarn     time.Time // of the last refused-connection warning
+	refusedSince int       // refused connections since lastWarn
+
 	mu    sync.Mutex
 	ln    net.Listener
 	sock  os.FileInfo
@@ -175,14 +179,29 @@ func (s *Server) Listen() error {
 	if err != nil {
 		return fmt.Errorf("workloadapi: %w", err)
 	}
-	s.ln = newLimitListener(ln, s.maxConns, func() {
-		s.metrics.refused.WithLabelValues(reasonConnections).Inc()
-		s.log.Warn("Workload API connection refused: too many connections", "max_connections", s.maxConns)
-	})
+	s.ln = newLimitListener(ln, s.maxConns, s.refuseConn)
 	s.sock = fi
 	close(s.ready)
 	s.log.Info("Workload API socket listening", "path", s.path, "mode", fmt.Sprintf("%#o", s.mode))
 	return nil
+}
+
+// refuseConn counts a connection refused by the cap and warns at most once
+// a minute (with the count since the last warning), so that a client
+// hammering the socket cannot flood the log.
+func (s *Server) refuseConn() {
+	s.metrics.refused.WithLabelValues(reasonConnections).Inc()
+	now := s.clock.Now()
+	s.warnMu.Lock()
+	s.refusedSince++
+	if !s.lastWarn.IsZero() && now.Sub(s.lastWarn) < time.Minute {
+		s.warnMu.Unlock()
+		return
+	}
+	n := s.refusedSince
+	s.refusedSince, s.lastWarn = 0, now
+	s.warnMu.Unlock()
+	s.log.Warn("Workload API connections refused: too many open", "max_connections", s.maxConns, "refused", n)
 }
 
 // Ready is closed once the socket listens.

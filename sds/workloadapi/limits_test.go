@@ -270,3 +270,31 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// Headers above MaxHeaderListSize are not served. The server advertises
+// the limit, so a gRPC client fails the call itself (a raw HTTP/2 client
+// that ignores it is refused by the server's transport, as
+// ca/server/headers_test.go shows for the CA); without the limit, gRPC's
+// 16 MiB default would serve the call below.
+func TestHugeHeadersRefused(t *testing.T) {
+	a := newAgent(t, nil, nil, "app", nil)
+	c := raw(t, a.path)
+	ctx := withHeader(guardCtx(t))
+	// A first call makes the client learn the server's settings.
+	if s, err := c.FetchX509Bundles(ctx, &workloadpb.X509BundlesRequest{}); err != nil {
+		t.Fatal(err)
+	} else if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	big := metadata.AppendToOutgoingContext(ctx, "x-pad", strings.Repeat("a", 1<<20))
+	s, err := c.FetchX509SVID(big, &workloadpb.X509SVIDRequest{})
+	if err == nil {
+		_, err = s.Recv()
+	}
+	if err == nil {
+		t.Fatal("a call with 1 MiB of headers was served")
+	}
+	if n := testkit.Metric(t, a.reg, "meshid_workloadapi_pushes_total", "method", "FetchX509SVID"); n != 0 {
+		t.Fatalf("%v SVIDs sent to the call with huge headers", n)
+	}
+}

@@ -23,6 +23,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Workload API responses sent, by method.",
 		}, []string{"method"}),
 	}
+	// Every series exists from the start, at 0.
+	for _, mth := range []string{"FetchX509SVID", "FetchX509Bundles"} {
+		m.pushes.WithLabelValues(mth)
+	}
 	for _, r := range []string{reasonMetadata, reasonStreams, reasonConnections} {
 		m.refused.WithLabelValues(r)
 	}

@@ -49,6 +49,10 @@ const (
 // the bound only keeps a client from making the server buffer megabytes.
 const MaxRequestSize = 64 << 10
 
+// MaxHeaderListSize bounds a request's headers (gRPC's default is 16 MiB):
+// a Workload API call needs one short header.
+const MaxHeaderListSize = 16 << 10
+
 // Config configures a Server.
 type Config struct {
 	// Source provides the secrets. Required.
@@ -157,6 +161,7 @@ func New(cfg Config) (*Server, error) {
 		// so Run leaves nothing behind.
 		grpc.WaitForHandlers(true),
 		grpc.MaxRecvMsgSize(MaxRequestSize),
+		grpc.MaxHeaderListSize(MaxHeaderListSize),
 		grpc.UnaryInterceptor(s.unaryGate),
 		grpc.StreamInterceptor(s.streamGate),
 		// Clients may ping a quiet stream; do not punish them for it.

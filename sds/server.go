@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/unixsock"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -107,8 +108,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SocketPath == "" {
 		return nil, errors.New("sds: Config.SocketPath is required")
 	}
-	if len(cfg.SocketPath) > maxSocketPath {
-		return nil, fmt.Errorf("sds: socket path %q is longer than %d bytes", cfg.SocketPath, maxSocketPath)
+	if len(cfg.SocketPath) > unixsock.MaxPath {
+		return nil, fmt.Errorf("sds: socket path %q is longer than %d bytes", cfg.SocketPath, unixsock.MaxPath)
 	}
 	mode := cfg.SocketMode
 	if mode == 0 {
@@ -171,7 +172,7 @@ func (s *Server) Listen() error {
 	if s.ln != nil {
 		return nil
 	}
-	ln, fi, err := listenUnix(s.path, s.mode)
+	ln, fi, err := unixsock.Listen(s.path, s.mode)
 	if err != nil {
 		return err
 	}
@@ -230,14 +231,14 @@ func (s *Server) Run(ctx context.Context) error {
 	select {
 	case <-stopped:
 	case <-timer.C():
-		removeSocket(s.path, sock)
+		unixsock.Remove(s.path, sock)
 		s.log.Error("SDS server did not stop in time; leaving its handlers behind", "timeout", s.shutdownTimeout)
 		return fmt.Errorf("sds: shutdown took longer than %s", s.shutdownTimeout)
 	}
 	if !serveEnded {
 		<-served // returns once Stop is done
 	}
-	removeSocket(s.path, sock)
+	unixsock.Remove(s.path, sock)
 	if ctx.Err() != nil {
 		s.log.Info("SDS server stopped")
 		return nil

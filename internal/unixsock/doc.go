@@ -1,0 +1,5 @@
+// Package unixsock creates the agent's Unix sockets (SDS, SPIFFE Workload
+// API) with their mode set before anyone can connect, replaces a stale
+// socket left by a dead agent, refuses to start beside a live one, and
+// removes only its own socket at shutdown.
+package unixsock

@@ -1,0 +1,125 @@
+package workloadapi_test
+
+import (
+	"context"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	workloadpb "github.com/spiffe/go-spiffe/v2/proto/spiffe/workload"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	spiffewl "github.com/spiffe/go-spiffe/v2/workloadapi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/sds/workloadapi"
+)
+
+const ttl = time.Hour
+
+var td = spiffeid.RequireTrustDomainFromString("cluster.local")
+
+// agent is one agent's SecretManager, signed by a real in-process CA, and
+// the Workload API server on a real Unix socket.
+type agent struct {
+	clock *clock.Fake
+	m     *secretcache.Manager
+	srv   *workloadapi.Server
+	reg   *prometheus.Registry
+	path  string
+	id    spiffeid.ID
+}
+
+// newAgent starts an agent for sa on authority (a new one when nil). The
+// fake clock starts at the real time, so that the certificates it issues
+// verify in real TLS handshakes.
+func newAgent(t testing.TB, authority *ca.Authority, clk *clock.Fake, sa string, mod func(*workloadapi.Config)) *agent {
+	t.Helper()
+	if clk == nil {
+		clk = clock.NewFake(time.Now().Truncate(time.Second))
+	}
+	if authority == nil {
+		authority = testkit.NewAuthority(t, td, clk, nil)
+	}
+	id := spiffeid.RequireFromPath(td, "/ns/default/sa/"+sa)
+	m, err := secretcache.New(secretcache.Config{
+		Signer: testkit.AuthoritySigner{Authority: authority},
+		ID:     id,
+		TTL:    ttl,
+		Jitter: -1,
+		Clock:  clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	cfg := workloadapi.Config{
+		Source:     m,
+		SocketPath: filepath.Join(testkit.ShortDir(t), "workload.sock"),
+		Registerer: reg,
+		Clock:      clk,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	srv, err := workloadapi.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Run(t, "agent", m.Run, srv.Run)
+	return &agent{clock: clk, m: m, srv: srv, reg: reg, path: cfg.SocketPath, id: id}
+}
+
+// addr is the socket in go-spiffe's address form.
+func (a *agent) addr() spiffewl.ClientOption { return spiffewl.WithAddr("unix://" + a.path) }
+
+// rotate moves the fake clock to the Manager's renewal time, once its
+// scheduler is parked on it: the renewal then pushes the new certificate.
+func (a *agent) rotate(t testing.TB) {
+	t.Helper()
+	guard := make(chan struct{})
+	timer := time.AfterFunc(testkit.Guard, func() { close(guard) })
+	defer timer.Stop()
+	if !a.clock.WaitForWaiters(1, guard) {
+		t.Fatal("the Manager's scheduler did not park on a timer")
+	}
+	d, ok := a.clock.NextDeadline()
+	if !ok {
+		t.Fatal("no deadline")
+	}
+	a.clock.Set(d)
+}
+
+// raw dials the socket with a plain gRPC client.
+func raw(t testing.TB, path string) workloadpb.SpiffeWorkloadAPIClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return workloadpb.NewSpiffeWorkloadAPIClient(conn)
+}
+
+// withHeader adds the required metadata.
+func withHeader(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, workloadapi.MetadataKey, "true")
+}
+
+func guardCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func runtimeGosched() { runtime.Gosched() }

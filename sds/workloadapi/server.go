@@ -1,0 +1,268 @@
+package workloadapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	workloadpb "github.com/spiffe/go-spiffe/v2/proto/spiffe/workload"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/unixsock"
+	"github.com/meshid/meshid/sds/secretcache"
+)
+
+// Source provides the secrets served; *secretcache.Manager implements it.
+type Source interface {
+	// Secret returns the current secret of name, producing it if needed;
+	// an error wrapping secretcache.ErrNotReady when it does not exist yet.
+	Secret(ctx context.Context, name string) (*secretcache.Secret, error)
+	// Watch calls notify, which must not block, each time name's secret
+	// changes or first becomes available, until cancel is called.
+	Watch(name string, notify func(*secretcache.Secret)) (cancel func())
+}
+
+// DefaultSocketMode is the mode of the socket: only the agent's user may
+// connect.
+const DefaultSocketMode os.FileMode = 0o600
+
+// Defaults of Config.
+const (
+	// DefaultMaxStreams caps the streams open at once over the whole
+	// socket. An application holds one or two (an X509Source holds one).
+	DefaultMaxStreams = 1024
+	// DefaultMaxConnections caps the connections open at once.
+	DefaultMaxConnections = 256
+	// DefaultShutdownTimeout bounds Run's shutdown after its context ends.
+	DefaultShutdownTimeout = 5 * time.Second
+)
+
+// MaxRequestSize bounds a request message. The X.509 requests are empty;
+// the bound only keeps a client from making the server buffer megabytes.
+const MaxRequestSize = 64 << 10
+
+// MaxHeaderListSize bounds a request's headers (gRPC's default is 16 MiB):
+// a Workload API call needs one short header.
+const MaxHeaderListSize = 16 << 10
+
+// Config configures a Server.
+type Config struct {
+	// Source provides the secrets. Required.
+	Source Source
+	// SocketPath is the Unix socket to serve on. Required.
+	SocketPath string
+	// SocketMode is the socket's permission bits; 0 means 0600. 0660 lets
+	// the group connect. Bits for others are refused: the socket hands out
+	// private keys.
+	SocketMode os.FileMode
+	// MaxStreams caps the streams (FetchX509SVID, FetchX509Bundles) open
+	// at once; one more is refused with ResourceExhausted. 0 means
+	// DefaultMaxStreams.
+	MaxStreams int
+	// MaxConnections caps the connections open at once; one more is
+	// closed as soon as accepted. 0 means DefaultMaxConnections.
+	MaxConnections int
+	// ShutdownTimeout bounds how long Run waits for stream handlers after
+	// its context ends. 0 means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+
+	Logger     *slog.Logger          // nil discards logs
+	Registerer prometheus.Registerer // nil registers no metrics
+	Clock      clock.Clock
+}
+
+// Server is the SPIFFE Workload API server.
+type Server struct {
+	workloadpb.UnimplementedSpiffeWorkloadAPIServer
+
+	src             Source
+	path            string
+	mode            os.FileMode
+	maxConns        int
+	shutdownTimeout time.Duration
+	log             *slog.Logger
+	clock           clock.Clock
+	metrics         *metrics
+	grpc            *grpc.Server
+	streams         chan struct{} // a token per open stream
+	x509            responses
+
+	warnMu       sync.Mutex
+	lastWarn     time.Time // of the last refused-connection warning
+	refusedSince int       // refused connections since lastWarn
+
+	mu    sync.Mutex
+	ln    net.Listener
+	sock  os.FileInfo
+	ran   bool
+	ready chan struct{}
+}
+
+// New validates cfg and returns a Server. It starts nothing; call Listen
+// and Run.
+func New(cfg Config) (*Server, error) {
+	if cfg.Source == nil {
+		return nil, errors.New("workloadapi: Config.Source is required")
+	}
+	if cfg.SocketPath == "" {
+		return nil, errors.New("workloadapi: Config.SocketPath is required")
+	}
+	if len(cfg.SocketPath) > unixsock.MaxPath {
+		return nil, fmt.Errorf("workloadapi: socket path %q is longer than %d bytes", cfg.SocketPath, unixsock.MaxPath)
+	}
+	if cfg.SocketMode == 0 {
+		cfg.SocketMode = DefaultSocketMode
+	}
+	if err := unixsock.CheckMode(cfg.SocketMode); err != nil {
+		return nil, fmt.Errorf("workloadapi: %w", err)
+	}
+	if cfg.MaxStreams < 0 || cfg.MaxConnections < 0 || cfg.ShutdownTimeout < 0 {
+		return nil, errors.New("workloadapi: Config.MaxStreams, MaxConnections and ShutdownTimeout must not be negative")
+	}
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		src:             cfg.Source,
+		path:            cfg.SocketPath,
+		mode:            cfg.SocketMode,
+		maxConns:        cfg.MaxConnections,
+		shutdownTimeout: cfg.ShutdownTimeout,
+		log:             log.With("component", "workloadapi"),
+		clock:           clock.OrReal(cfg.Clock),
+		metrics:         m,
+		streams:         make(chan struct{}, cfg.MaxStreams),
+		ready:           make(chan struct{}),
+	}
+	s.grpc = grpc.NewServer(
+		// Stop waits for the stream handlers, which cancel their watches,
+		// so Run leaves nothing behind.
+		grpc.WaitForHandlers(true),
+		grpc.MaxRecvMsgSize(MaxRequestSize),
+		grpc.MaxHeaderListSize(MaxHeaderListSize),
+		grpc.UnaryInterceptor(s.unaryGate),
+		grpc.StreamInterceptor(s.streamGate),
+		// Clients may ping a quiet stream; do not punish them for it.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	workloadpb.RegisterSpiffeWorkloadAPIServer(s.grpc, s)
+	return s, nil
+}
+
+// Listen creates the socket (see Config). Run calls it when needed; calling
+// it first lets the caller know the socket accepts connections before Run.
+// It fails when another agent serves on the socket.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return nil
+	}
+	ln, fi, err := unixsock.Listen(s.path, s.mode)
+	if err != nil {
+		return fmt.Errorf("workloadapi: %w", err)
+	}
+	s.ln = newLimitListener(ln, s.maxConns, s.refuseConn)
+	s.sock = fi
+	close(s.ready)
+	s.log.Info("Workload API socket listening", "path", s.path, "mode", fmt.Sprintf("%#o", s.mode))
+	return nil
+}
+
+// refuseConn counts a connection refused by the cap and warns at most once
+// a minute (with the count since the last warning), so that a client
+// hammering the socket cannot flood the log.
+func (s *Server) refuseConn() {
+	s.metrics.refused.WithLabelValues(reasonConnections).Inc()
+	now := s.clock.Now()
+	s.warnMu.Lock()
+	s.refusedSince++
+	if !s.lastWarn.IsZero() && now.Sub(s.lastWarn) < time.Minute {
+		s.warnMu.Unlock()
+		return
+	}
+	n := s.refusedSince
+	s.refusedSince, s.lastWarn = 0, now
+	s.warnMu.Unlock()
+	s.log.Warn("Workload API connections refused: too many open", "max_connections", s.maxConns, "refused", n)
+}
+
+// Ready is closed once the socket listens.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// SocketPath returns the socket's path.
+func (s *Server) SocketPath() string { return s.path }
+
+// Run serves until ctx is done, then closes every stream and removes the
+// socket. It returns nil after ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.ran {
+		s.mu.Unlock()
+		return errors.New("workloadapi: Run called twice")
+	}
+	s.ran = true
+	ln, sock := s.ln, s.sock
+	s.mu.Unlock()
+
+	served := make(chan error, 1)
+	go func() { served <- s.grpc.Serve(ln) }()
+	var err error
+	serveEnded := false
+	select {
+	case err = <-served:
+		serveEnded = true
+	case <-ctx.Done():
+	}
+	// Streams are endless, so a graceful stop would wait forever. Stop
+	// closes every connection and waits for the handlers, which return
+	// with their stream's context.
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.Stop()
+		close(stopped)
+	}()
+	timer := s.clock.NewTimer(s.shutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-stopped:
+	case <-timer.C():
+		unixsock.Remove(s.path, sock)
+		s.log.Error("Workload API server did not stop in time; leaving its handlers behind", "timeout", s.shutdownTimeout)
+		return fmt.Errorf("workloadapi: shutdown took longer than %s", s.shutdownTimeout)
+	}
+	if !serveEnded {
+		<-served
+	}
+	unixsock.Remove(s.path, sock)
+	if ctx.Err() != nil {
+		s.log.Info("Workload API server stopped")
+		return nil
+	}
+	return fmt.Errorf("workloadapi: serve: %w", err)
+}

@@ -90,6 +90,8 @@ func devAgentConfig(f *devFlags, caAddr, tokenFile string) agent.Config {
 		TokenFile:        tokenFile,
 		SDSSocket:        sock,
 		MonitoringListen: f.agentMonitoring,
+		// The SPIFFE Workload API beside SDS, from the same cache.
+		WorkloadAPISocket: filepath.Join(f.stateDir, "workload.sock"),
 		// dev serves no file resources: its state dir holds the CA key.
 		FileSecretDirs: []string{},
 		// POST /debug/rotate for trying rotation, only on loopback.

@@ -9,16 +9,17 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshid/meshid/certs"
+	meshidentity "github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/monitor"
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/caclient"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/sds/workloadapi"
 )
 
 // Agent is an assembled node agent.
@@ -27,7 +28,8 @@ type Agent struct {
 	client  *caclient.Client // nil with Config.Signer
 	cache   *secretcache.Manager
 	sds     *sds.Server
-	monitor *monitor.Server // nil when disabled
+	monitor *monitor.Server     // nil when disabled
+	wlapi   *workloadapi.Server // nil unless Config.WorkloadAPISocket
 }
 
 // New validates cfg, applies its defaults and builds the agent. It binds
@@ -112,6 +114,22 @@ func assemble(cfg Config, signer secretcache.Signer, id spiffeid.ID) (*Agent, er
 		return nil, err
 	}
 	a := &Agent{log: cfg.Logger, cache: cache, sds: srv}
+	if cfg.WorkloadAPISocket != "" {
+		// The SPIFFE Workload API: the second consumer of the same cache,
+		// so the proxy and the application hold one identity, rotated
+		// together.
+		a.wlapi, err = workloadapi.New(workloadapi.Config{
+			Source:     cache,
+			SocketPath: cfg.WorkloadAPISocket,
+			SocketMode: mode,
+			Clock:      cfg.Clock,
+			Logger:     cfg.Logger,
+			Registerer: cfg.Registerer,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	if cfg.MonitoringListen != "" {
 		var debug map[string]http.Handler
 		if cfg.DebugEndpoints {
@@ -147,13 +165,13 @@ func readRoots(path string) ([]*x509.Certificate, error) {
 // when both are set, else from the token's kubernetes.io claims.
 func identity(cfg Config) (spiffeid.ID, error) {
 	if cfg.Namespace != "" && cfg.ServiceAccount != "" {
-		return spiffeid.FromSegments(cfg.TrustDomain, "ns", cfg.Namespace, "sa", cfg.ServiceAccount)
+		return meshidentity.ServiceAccount{Namespace: cfg.Namespace, Name: cfg.ServiceAccount}.ID(cfg.TrustDomain)
 	}
 	tok, err := os.ReadFile(cfg.TokenFile)
 	if err != nil {
 		return spiffeid.ID{}, fmt.Errorf("--token-file: %w", err)
 	}
-	id, err := secretcache.IdentityFromToken(strings.TrimSpace(string(tok)), cfg.TrustDomain)
+	id, err := meshidentity.IDFromToken(string(tok), cfg.TrustDomain)
 	if err != nil {
 		return spiffeid.ID{}, fmt.Errorf("--token-file %s: %w", cfg.TokenFile, err)
 	}
@@ -184,6 +202,11 @@ func (a *Agent) MonitoringAddr() net.Addr {
 func (a *Agent) Listen() error {
 	if a.monitor != nil {
 		if err := a.monitor.Listen(); err != nil {
+			return err
+		}
+	}
+	if a.wlapi != nil {
+		if err := a.wlapi.Listen(); err != nil {
 			return err
 		}
 	}
@@ -223,6 +246,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.monitor != nil {
 		g.Go(func() error { return a.monitor.Run(ctx) })
 		attrs = append(attrs, "monitoring", a.monitor.Addr().String())
+	}
+	if a.wlapi != nil {
+		g.Go(func() error { return a.wlapi.Run(ctx) })
+		attrs = append(attrs, "workload_api_socket", a.wlapi.SocketPath())
 	}
 	// Fetch the workload certificate at once, so the first proxy does not
 	// wait for a CSR; failures are retried by the cache's scheduler.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/workloadapi"
 
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/internal/devissuer"
@@ -291,6 +292,46 @@ func TestLean(t *testing.T) {
 					t.Errorf("%s links %s", pkg, dep)
 				}
 			}
+		}
+	}
+}
+
+// TestWorkloadAPI: with WorkloadAPISocket the agent serves the SPIFFE
+// Workload API from the same cache as SDS: go-spiffe's client gets the
+// certificate SDS serves, and a forced rotation reaches both.
+func TestWorkloadAPI(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.config()
+	cfg.WorkloadAPISocket = filepath.Join(testkit.ShortDir(t), "workload.sock")
+	a := testkit.RunAgent(t, cfg)
+	sdsSecret := firstSecret(t, a)
+
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)
+	defer cancel()
+	src, err := workloadapi.NewX509Source(ctx, workloadapi.WithClientOptions(workloadapi.WithAddr("unix://"+cfg.WorkloadAPISocket)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	svid, err := src.GetX509SVID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !svid.Certificates[0].Equal(sdsSecret.Chain[0]) || svid.ID.String() != "spiffe://cluster.local/ns/default/sa/default" {
+		t.Fatalf("Workload API SVID %s (serial %x) is not the SDS certificate (serial %x)", svid.ID, svid.Certificates[0].SerialNumber, sdsSecret.Chain[0].SerialNumber)
+	}
+	if err := a.Manager().Rotate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rotated := firstSecret(t, a)
+	for {
+		select {
+		case <-src.Updated():
+		case <-ctx.Done():
+			t.Fatal("the rotation did not reach the Workload API")
+		}
+		if s, err := src.GetX509SVID(); err == nil && s.Certificates[0].Equal(rotated.Chain[0]) {
+			return
 		}
 	}
 }

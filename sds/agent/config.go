@@ -49,7 +49,11 @@ type Config struct {
 	TokenFile string
 	// SDSSocket is the Unix socket Envoy SDS is served on.
 	SDSSocket string
-	// SocketGroup makes the socket 0660 instead of 0600.
+	// WorkloadAPISocket, when set, serves the SPIFFE Workload API
+	// (sds/workloadapi) on this Unix socket from the same cache as SDS.
+	// Empty: off.
+	WorkloadAPISocket string
+	// SocketGroup makes the sockets 0660 instead of 0600.
 	SocketGroup bool
 	// CertTTL is the requested workload certificate TTL.
 	CertTTL time.Duration

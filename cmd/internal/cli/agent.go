@@ -33,6 +33,7 @@ type AgentFlags struct {
 	logLevel         string
 	debugEndpoints   bool
 	fileSecretDirs   []string
+	workloadSocket   string
 }
 
 // Register adds the agent's flags, with agent.Config's defaults, to fs.
@@ -52,6 +53,7 @@ func (f *AgentFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.namespace, "namespace", "", "workload namespace when the token carries no kubernetes.io claims")
 	fs.StringVar(&f.serviceAccount, "service-account", "", "workload service account when the token carries no kubernetes.io claims")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
+	fs.StringVar(&f.workloadSocket, "workload-api-socket", "", "Unix socket to serve the SPIFFE Workload API on, from the same cache as SDS (empty = off)")
 	fs.BoolVar(&f.debugEndpoints, "debug-endpoints", false, "serve POST /debug/rotate on --monitoring-listen, which must then be a loopback address (no authentication)")
 	fs.StringSliceVar(&f.fileSecretDirs, "file-secret-dirs", secretcache.DefaultFileSecretDirs, "the only directories file-cert: and file-root: SDS resources may read (empty = none)")
 }
@@ -80,22 +82,23 @@ func AgentConfig(fs *pflag.FlagSet, f *AgentFlags, lookup Lookup) (agent.Config,
 		dirs = []string{} // --file-secret-dirs= : none (nil would mean the default)
 	}
 	return agent.Config{
-		DebugEndpoints:   f.debugEndpoints,
-		FileSecretDirs:   dirs,
-		CAAddr:           f.caAddr,
-		CARootFile:       f.caRoot,
-		TokenFile:        f.tokenFile,
-		SDSSocket:        f.sdsSocket,
-		SocketGroup:      f.socketGroup,
-		CertTTL:          f.certTTL,
-		GraceRatio:       f.graceRatio,
-		Jitter:           jitter,
-		KeyType:          keyType,
-		TrustDomain:      td,
-		ClusterID:        f.clusterID,
-		Namespace:        f.namespace,
-		ServiceAccount:   f.serviceAccount,
-		MonitoringListen: f.monitoringListen,
+		DebugEndpoints:    f.debugEndpoints,
+		WorkloadAPISocket: f.workloadSocket,
+		FileSecretDirs:    dirs,
+		CAAddr:            f.caAddr,
+		CARootFile:        f.caRoot,
+		TokenFile:         f.tokenFile,
+		SDSSocket:         f.sdsSocket,
+		SocketGroup:       f.socketGroup,
+		CertTTL:           f.certTTL,
+		GraceRatio:        f.graceRatio,
+		Jitter:            jitter,
+		KeyType:           keyType,
+		TrustDomain:       td,
+		ClusterID:         f.clusterID,
+		Namespace:         f.namespace,
+		ServiceAccount:    f.serviceAccount,
+		MonitoringListen:  f.monitoringListen,
 	}, nil
 }
 

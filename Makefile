@@ -67,11 +67,11 @@ image: image-context
 image-context:
 	@test -r $(CA_BUNDLE) || { echo "CA_BUNDLE=$(CA_BUNDLE) is not readable: set CA_BUNDLE to the host's PEM bundle"; exit 1; }
 	rm -rf $(IMAGE_DIR)
-	mkdir -p $(IMAGE_DIR)/rootfs/etc/ssl/certs $(IMAGE_DIR)/rootfs/tmp $(IMAGE_DIR)/home/nonroot
+	mkdir -p $(IMAGE_DIR)/rootfs/etc/ssl/certs $(IMAGE_DIR)/rootfs/tmp $(IMAGE_DIR)/rootfs/home $(IMAGE_DIR)/home/nonroot
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(IMAGE_DIR)/ ./cmd/meshid ./cmd/meshid-agent
 	install -m 0644 deploy/image/passwd deploy/image/group deploy/image/nsswitch.conf $(IMAGE_DIR)/rootfs/etc/
 	install -m 0644 $(CA_BUNDLE) $(IMAGE_DIR)/rootfs/etc/ssl/certs/ca-certificates.crt
-	chmod 0755 $(IMAGE_DIR)/rootfs $(IMAGE_DIR)/rootfs/etc $(IMAGE_DIR)/rootfs/etc/ssl $(IMAGE_DIR)/rootfs/etc/ssl/certs $(IMAGE_DIR)/home
+	chmod 0755 $(IMAGE_DIR)/rootfs $(IMAGE_DIR)/rootfs/etc $(IMAGE_DIR)/rootfs/etc/ssl $(IMAGE_DIR)/rootfs/etc/ssl/certs $(IMAGE_DIR)/rootfs/home $(IMAGE_DIR)/home
 	chmod 1777 $(IMAGE_DIR)/rootfs/tmp
 	chmod 0700 $(IMAGE_DIR)/home/nonroot
 

@@ -62,6 +62,7 @@ func TestImages(t *testing.T) {
 	}
 	t.Run("runs hardened", func(t *testing.T) { testRunsHardened(t, im) })
 	t.Run("filesystem", func(t *testing.T) { testFilesystem(t, im) })
+	t.Run("pkcs11 needs cgo", func(t *testing.T) { testPKCS11Refused(t, im) })
 	t.Run("dev in a container", func(t *testing.T) { testDev(t, im) })
 	t.Run("sizes", func(t *testing.T) { testSizes(t, im) })
 }
@@ -338,6 +339,33 @@ func testFilesystem(t *testing.T, im images) {
 	}
 	if want := []string{"/tmp/dev", "/home/nonroot/dev"}; !slices.Equal(writable, want) {
 		t.Errorf("writable by 65532: %v, want %v", writable, want)
+	}
+}
+
+// testPKCS11Refused: the images' binaries are CGO_ENABLED=0 builds, which
+// cannot load a PKCS#11 module; a pkcs11: key is refused with a message
+// that says so, not a crash or a silent file key.
+func testPKCS11Refused(t *testing.T, im images) {
+	if os.Geteuid() != 0 {
+		skipOrFail(t, "needs root: the work directory is chowned to 65532")
+	}
+	dir := sharedDir(t)
+	pin := filepath.Join(dir, "pin")
+	if err := os.WriteFile(pin, []byte("1234\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(pin, nonroot, nonroot); err != nil {
+		t.Fatal(err)
+	}
+	mount := []string{"-v", dir + ":/w"}
+	runOnce(t, mount, im.meshid, "certs", "root", "--out", "/w/root")
+	_, stderr, err := runOnceErr(t, mount, im.meshid, "certs", "intermediate", "--root", "/w/root", "--out", "/w/int",
+		"--name", "c1", "--key", "pkcs11:token=t;object=o?module-path=/nope.so&pin-source=/w/pin")
+	if err == nil || !strings.Contains(stderr, "built without cgo (CGO_ENABLED=0)") {
+		t.Errorf("a pkcs11: key in the image: %v\n%s", err, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "int", "ca-key.pem")); err == nil {
+		t.Errorf("the refused pkcs11: key left a file key behind")
 	}
 }
 

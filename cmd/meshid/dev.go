@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -79,6 +80,18 @@ func devCAConfig(f *devFlags, issuer *devissuer.Issuer) caserver.Config {
 
 // devAgentConfig is the agent of meshid dev: agent's defaults, talking to
 // the CA at caAddr with the default/default token.
+//
+// dialAddr is where the built-in agent reaches the CA bound at addr: a CA
+// listening on every interface (--listen 0.0.0.0:PORT, as in a container)
+// is dialled on 127.0.0.1, which its serving certificate names; "::" is not.
+func dialAddr(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return addr.String()
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp.Port))
+}
+
 func devAgentConfig(f *devFlags, caAddr, tokenFile string) agent.Config {
 	sock := f.sdsSocket
 	if sock == "" {
@@ -126,7 +139,7 @@ func runDev(ctx context.Context, f *devFlags, stdout, stderr io.Writer) error {
 	if err := ca.Listen(); err != nil {
 		return err
 	}
-	agentCfg := devAgentConfig(f, ca.Addr().String(), tokenFile)
+	agentCfg := devAgentConfig(f, dialAddr(ca.Addr()), tokenFile)
 	agentCfg.Logger = logger.With("component", "agent")
 	ag, err := agent.New(agentCfg)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	pb "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/caclient"
 )
@@ -369,5 +370,35 @@ func TestCARestart(t *testing.T) {
 	}
 	if n := len(ca.requests()); n != 3 {
 		t.Fatalf("%d requests reached the CA, want 3", n)
+	}
+}
+
+// TestTokenSizeLimit: a token file of identity.MaxTokenSize bytes is sent
+// whole; one byte more is refused with an error naming the file and the
+// limit, and no request is made (a huge file is not sent cut short).
+func TestTokenSizeLimit(t *testing.T) {
+	ca := startCA(t, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
+	tok := tokenPath(t)
+	c := newClient(t, caclient.Config{Addr: ca.addr, Roots: []*x509.Certificate{ca.h.root}, TokenFile: tok})
+	sign := func() error {
+		_, csr := newCSR(t, workload)
+		_, _, err := c.Sign(context.Background(), csr, time.Hour)
+		return err
+	}
+	largest := strings.Repeat("t", identity.MaxTokenSize)
+	writeToken(t, tok, largest)
+	if err := sign(); err != nil {
+		t.Fatalf("a token of %d bytes: %v", identity.MaxTokenSize, err)
+	}
+	if reqs := ca.requests(); len(reqs) != 1 || reqs[0].auth[0] != "Bearer "+largest {
+		t.Fatalf("the largest token was not sent whole (%d requests)", len(reqs))
+	}
+	writeToken(t, tok, largest+"t")
+	err := sign()
+	if err == nil || !strings.Contains(err.Error(), tok) || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("a token of %d bytes: %v, want refused as too large", identity.MaxTokenSize+1, err)
+	}
+	if n := len(ca.requests()); n != 1 {
+		t.Fatalf("%d requests, want none for the oversized token", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -400,5 +401,27 @@ func TestTokenSizeLimit(t *testing.T) {
 	}
 	if n := len(ca.requests()); n != 1 {
 		t.Fatalf("%d requests, want none for the oversized token", n)
+	}
+}
+
+// TestVerifyEmpty: Verify, the agent's one check of a CA's answer (also
+// used on certificates read back from elsewhere), refuses an empty chain
+// and an empty root set as invalid responses.
+func TestVerifyEmpty(t *testing.T) {
+	h := newHierarchy(t)
+	key, csr := newCSR(t, workload)
+	leaf := h.issue(t, csr.PublicKey, csr.URIs, nil, nil, time.Now().Add(time.Hour))
+	chain, roots := []*x509.Certificate{leaf, h.inter}, []*x509.Certificate{h.root}
+	id := spiffeid.RequireFromString(workload)
+	if err := caclient.Verify(chain, roots, key.Public(), id, time.Now()); err != nil {
+		t.Fatalf("a good answer refused: %v", err)
+	}
+	for name, tc := range map[string]struct{ chain, roots []*x509.Certificate }{
+		"no chain": {nil, roots},
+		"no roots": {chain, nil},
+	} {
+		if err := caclient.Verify(tc.chain, tc.roots, key.Public(), id, time.Now()); !errors.Is(err, caclient.ErrInvalidResponse) {
+			t.Errorf("%s: %v, want ErrInvalidResponse", name, err)
+		}
 	}
 }

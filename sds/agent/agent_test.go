@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -261,4 +262,56 @@ func TestLean(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestIdentitySource: the workload identity comes from Namespace and
+// ServiceAccount when both are set (the token is not consulted), and from
+// the token's kubernetes.io claims when either is missing.
+func TestIdentitySource(t *testing.T) {
+	w := newWorld(t) // its token is for default/default
+	for name, tc := range map[string]struct {
+		ns, sa string
+		want   string
+	}{
+		"both set":        {"ns1", "sa1", "spiffe://cluster.local/ns/ns1/sa/sa1"},
+		"namespace only":  {"ns1", "", "spiffe://cluster.local/ns/default/sa/default"},
+		"service account": {"", "sa1", "spiffe://cluster.local/ns/default/sa/default"},
+		"neither":         {"", "", "spiffe://cluster.local/ns/default/sa/default"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := w.config()
+			cfg.Namespace, cfg.ServiceAccount = tc.ns, tc.sa
+			if got := testkit.RunAgent(t, cfg).Manager().ID().String(); got != tc.want {
+				t.Fatalf("identity %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestListenBeforeRun: Listen binds the monitoring address as well as the
+// SDS socket, so both accept connections before Run.
+func TestListenBeforeRun(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.config()
+	cfg.MonitoringListen = "127.0.0.1:0"
+	cfg.SDSSocket = filepath.Join(testkit.ShortDir(t), "sds.sock")
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	addr := a.MonitoringAddr()
+	if addr == nil {
+		t.Fatal("no monitoring address after Listen")
+	}
+	for _, c := range []struct{ network, addr string }{{"tcp", addr.String()}, {"unix", a.SocketPath()}} {
+		conn, err := net.Dial(c.network, c.addr)
+		if err != nil {
+			t.Fatalf("%s %s before Run: %v", c.network, c.addr, err)
+		}
+		conn.Close()
+	}
+	testkit.Run(t, "agent", a.Run)
 }

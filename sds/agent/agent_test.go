@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/ca/caserver"
@@ -314,4 +315,32 @@ func TestListenBeforeRun(t *testing.T) {
 		conn.Close()
 	}
 	testkit.Run(t, "agent", a.Run)
+}
+
+// TestMetricsServed: the agent's own metrics (its SecretManager's and SDS
+// server's) are served on /metrics with no Registerer given, and with a
+// Registerer that is also a Gatherer and no Gatherer given.
+func TestMetricsServed(t *testing.T) {
+	w := newWorld(t)
+	for name, reg := range map[string]prometheus.Registerer{"defaults": nil, "registerer only": prometheus.NewRegistry()} {
+		t.Run(name, func(t *testing.T) {
+			cfg := w.config()
+			cfg.MonitoringListen = "127.0.0.1:0"
+			cfg.Registerer = reg
+			a := testkit.RunAgent(t, cfg)
+			firstSecret(t, a)
+			resp, err := http.Get("http://" + a.MonitoringAddr().String() + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "meshid_") {
+				t.Fatalf("/metrics: %s, no meshid_ series in %d bytes", resp.Status, len(body))
+			}
+		})
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,5 +122,15 @@ func TestConfigErrors(t *testing.T) {
 				t.Fatal("New accepted it")
 			}
 		})
+	}
+}
+
+// TestCADirErrorNamesTheProblem: a CA directory that cannot be loaded is
+// refused with the loader's error, naming the directory.
+func TestCADirErrorNamesTheProblem(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "absent")
+	_, err := caserver.New(caserver.Config{StateDir: t.TempDir(), CADir: dir})
+	if err == nil || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("New with CA dir %s: %v, want an error naming it", dir, err)
 	}
 }

@@ -83,7 +83,11 @@ soak: build
 ## package's plain coverage run. The score (killed / (killed + lived)) and the
 ## survivors judged are in docs/testing.md. gremlins is installed once into
 ## $(GOPATH)/bin/gremlins-$(GREMLINS_VERSION), outside the repo.
-## Narrow it: make mutate MUTATE_PKGS=sds/caclient MUTATE_FLAGS='-E /...'
+## Narrow it to a package, or to some of its files (excluded by regexp,
+## relative to the package; $$ is make's $):
+##   make mutate MUTATE_PKGS=ca MUTATE_FLAGS='-E "^(csr|policy)\.go$$"'
+## gremlins first runs `go test -cover ./<pkg>/...`, subpackages included:
+## its time, times 3, is each mutant's timeout.
 GREMLINS_VERSION ?= v0.6.0
 GREMLINS_DIR     := $(shell $(GO) env GOPATH)/bin/gremlins-$(GREMLINS_VERSION)
 GREMLINS         := $(GREMLINS_DIR)/gremlins

@@ -6,7 +6,7 @@ AGENTBIN := bin/meshid-agent
 STATE    ?= ./.meshid-dev
 PKGS     := ./...
 
-.PHONY: all build run test test-unit test-kube test-image kube-binaries bench fuzz soak lint fmt clean softhsm image image-context
+.PHONY: all build run test test-unit test-kube test-image kube-binaries bench fuzz soak mutate lint fmt clean softhsm image image-context
 
 all: build
 
@@ -132,6 +132,35 @@ fuzz:
 SOAK_DURATION ?= 10m
 soak: build
 	BIN=$(BIN) SOAK_DURATION=$(SOAK_DURATION) bash scripts/soak.sh
+
+## mutate: mutation testing with gremlins, one package at a time (not part
+## of `make test`: hours of CPU). Each mutant of a package's own files (files
+## in subdirectories are excluded: they are packages of their own) is tested
+## with `go test` of that package, one at a time (--workers 1: the machine is
+## shared), and counts as timed out after --timeout-coefficient times the
+## package's plain coverage run. The score (killed / (killed + lived)) and the
+## survivors judged are in docs/testing.md. gremlins is installed once into
+## $(GOPATH)/bin/gremlins-$(GREMLINS_VERSION), outside the repo.
+## Narrow it to a package, or to some of its files (excluded by regexp,
+## relative to the package; $$ is make's $):
+##   make mutate MUTATE_PKGS=ca MUTATE_FLAGS='-E "^(csr|policy)\.go$$"'
+## gremlins first runs `go test -cover ./<pkg>/...`, subpackages included:
+## its time, times 3, is each mutant's timeout.
+GREMLINS_VERSION ?= v0.6.0
+GREMLINS_DIR     := $(shell $(GO) env GOPATH)/bin/gremlins-$(GREMLINS_VERSION)
+GREMLINS         := $(GREMLINS_DIR)/gremlins
+MUTATE_PKGS      ?= sds/caclient sds/agent ca/caserver ca ca/server ca/authn sds/secretcache
+MUTATE_FLAGS     ?=
+MUTATE_OUT       ?= $(or $(TMPDIR),/tmp)/meshid-mutate
+mutate:
+	@test -x $(GREMLINS) || GOBIN=$(GREMLINS_DIR) $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
+	@mkdir -p $(MUTATE_OUT)
+	@set -e; for p in $(MUTATE_PKGS); do \
+		echo "== gremlins $$p"; \
+		nice -n 10 $(GREMLINS) unleash --workers 1 --timeout-coefficient 3 \
+			--exclude-files / $(MUTATE_FLAGS) \
+			--output $(MUTATE_OUT)/$$(echo $$p | tr / _).json ./$$p; \
+	done
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -273,10 +273,16 @@ func (a *Authority) validity(is *issuer, now time.Time, ttl time.Duration) (time
 	case ttl > a.maxTTL:
 		return time.Time{}, time.Time{}, reject(reasonTTL, KindInvalidArgument, "requested TTL %v exceeds the maximum %v", ttl, a.maxTTL)
 	}
+	return window(is, now, ttl, a.skew)
+}
+
+// window is the validity of a certificate issued at now for ttl by is:
+// backdated by skew (not before is's own start), cut at is's expiry.
+func window(is *issuer, now time.Time, ttl, skew time.Duration) (time.Time, time.Time, error) {
 	if !now.Before(is.notAfter) {
 		return time.Time{}, time.Time{}, reject(reasonUnavailable, KindUnavailable, "CA certificate chain expired at %s", is.notAfter.UTC().Format(time.RFC3339))
 	}
-	notBefore := now.Add(-a.skew)
+	notBefore := now.Add(-skew)
 	if notBefore.Before(is.cert.NotBefore) {
 		notBefore = is.cert.NotBefore
 	}
@@ -289,7 +295,8 @@ func (a *Authority) validity(is *issuer, now time.Time, ttl time.Duration) (time
 
 // IssueServing issues the TLS serving certificate of the CA's own gRPC
 // endpoint for pub, with the given DNS and IP SANs. It is not on the hot
-// path and uses x509.CreateCertificate, which verifies its signature.
+// path and uses x509.CreateCertificate, which verifies its signature. ttl
+// is independent of the workload TTL limits; 0 means 24h.
 func (a *Authority) IssueServing(pub crypto.PublicKey, dnsNames []string, ips []net.IP, ttl time.Duration) (*Issued, error) {
 	is := a.state.Load()
 	if len(dnsNames) == 0 && len(ips) == 0 {
@@ -298,8 +305,18 @@ func (a *Authority) IssueServing(pub crypto.PublicKey, dnsNames []string, ips []
 	if err := checkLeafKey(pub); err != nil {
 		return nil, err
 	}
-	now := a.clock.Now()
-	notBefore, notAfter, err := a.validity(is, now, ttl)
+	// The serving certificate's lifetime is the server's own setting, not
+	// a workload's request: the workload TTL limits (Config.DefaultTTL and
+	// MaxTTL) do not apply to it, so `--max-ttl 3m` still serves (issue
+	// 19). 0 means the package's DefaultTTL (24h); it is still cut at the
+	// CA certificate's expiry.
+	switch {
+	case ttl < 0:
+		return nil, Errorf(KindInvalidArgument, "serving certificate TTL %v is negative", ttl)
+	case ttl == 0:
+		ttl = DefaultTTL
+	}
+	notBefore, notAfter, err := window(is, a.clock.Now(), ttl, a.skew)
 	if err != nil {
 		return nil, err
 	}

@@ -319,8 +319,28 @@ func TestIssueServing(t *testing.T) {
 			t.Errorf("verify for %s: %v", name, err)
 		}
 	}
-	if _, err := a.IssueServing(key.Public(), dns, nil, 91*24*time.Hour); ca.KindOf(err) != ca.KindInvalidArgument {
-		t.Errorf("TTL above maximum: %v, want invalid_argument", err)
+	if _, err := a.IssueServing(key.Public(), dns, nil, -time.Hour); ca.KindOf(err) != ca.KindInvalidArgument {
+		t.Errorf("negative TTL: %v, want invalid_argument", err)
+	}
+	// The workload limits do not apply to the CA's own serving certificate
+	// (`meshid server --max-ttl 3m --default-ttl 90s` must start), but the
+	// CA certificate's expiry still does.
+	short, err := ca.New(ca.Config{TrustDomain: td, Bundle: b, Clock: clk, Logger: discard, DefaultTTL: 90 * time.Second, MaxTTL: 3 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ttl, want := range map[time.Duration]time.Time{
+		0:                         t0.Add(ca.DefaultTTL),
+		2 * time.Hour:             t0.Add(2 * time.Hour),
+		10 * 365 * 24 * time.Hour: b.Cert.NotAfter,
+	} {
+		iss, err := short.IssueServing(key.Public(), dns, nil, ttl)
+		if err != nil {
+			t.Fatalf("serving TTL %v with workload maximum 3m: %v", ttl, err)
+		}
+		if !iss.Leaf.NotAfter.Equal(want) {
+			t.Errorf("serving TTL %v: NotAfter %v, want %v", ttl, iss.Leaf.NotAfter, want)
+		}
 	}
 	if _, err := a.IssueServing(key.Public(), nil, nil, 0); ca.KindOf(err) != ca.KindInvalidArgument {
 		t.Errorf("no names: %v, want invalid_argument", err)

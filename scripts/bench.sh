@@ -8,14 +8,17 @@
 #      (--ca-pid: the dev process),
 #   3. bench sds: OPEN_STREAMS streams opened one at a time (a cached default
 #      reaching each new stream),
-#   4. bench sds: STREAMS SDS streams, the dev process's RSS, and a forced
+#   4. bench sds: STREAMS SDS streams, the agent's RSS, and a forced
 #      rotation's fan-out,
-# printing each report, and stops `meshid dev` again. Every setting below can
+# printing each report, and stops `meshid dev` again. Each SDS run is against
+# a fresh `meshid-agent` of its own (AGENTBIN) on dev's CA and token: the RSS
+# is the agent's alone, not that of a process that also ran the CA sweeps. Every setting below can
 # be overridden from the environment, e.g. DURATION=10s SWEEP=1,2,4,8,16,32,64.
 set -euo pipefail
 
 BIN=${BIN:-bin/meshid}
 BENCHBIN=${BENCHBIN:-bin/meshid-bench}
+AGENTBIN=${AGENTBIN:-bin/meshid-agent}
 if [ -z "${STATE:-}" ]; then
 	STATE=$(mktemp -d "${TMPDIR:-/tmp}/meshid-bench.XXXXXX")
 	own_state=1
@@ -23,6 +26,7 @@ fi
 CA_ADDR=${CA_ADDR:-127.0.0.1:25012}
 CA_MONITORING=${CA_MONITORING:-127.0.0.1:25014}
 AGENT_ADMIN=${AGENT_ADMIN:-127.0.0.1:25020}
+BENCH_AGENT_ADMIN=${BENCH_AGENT_ADMIN:-127.0.0.1:25022}
 DURATION=${DURATION:-5s}
 SWEEP=${SWEEP:-1,8,64}
 SERVICE_ACCOUNTS=${SERVICE_ACCOUNTS:-100}
@@ -33,7 +37,16 @@ CHART=${CHART:-docs/ca-throughput.svg}
 "$BIN" dev --state-dir "$STATE" --listen "$CA_ADDR" --monitoring-listen "$CA_MONITORING" \
 	--agent-monitoring-listen "$AGENT_ADMIN" --log-level warn >"$STATE/dev.log" 2>&1 &
 dev=$!
+agent=
+stop_agent() {
+	if [ -n "$agent" ]; then
+		kill "$agent" 2>/dev/null || true
+		wait "$agent" 2>/dev/null || true
+		agent=
+	fi
+}
 stop() {
+	stop_agent
 	kill "$dev" 2>/dev/null || true
 	wait "$dev" 2>/dev/null || true
 	if [ -n "${own_state:-}" ]; then rm -rf "$STATE"; fi
@@ -64,9 +77,32 @@ echo "== meshid-bench ca: rsa-2048 leaf keys, sweep $SWEEP, $DURATION per level"
 "$BENCHBIN" ca --addr "$CA_ADDR" --dev-state-dir "$STATE" --service-accounts "$SERVICE_ACCOUNTS" \
 	--pregen-keys --crypto-bound --ca-pid "$dev" --key-type rsa-2048 --duration "$DURATION" --sweep "$SWEEP"
 
-echo "== meshid-bench sds: $OPEN_STREAMS streams opened one at a time"
-"$BENCHBIN" sds --sds-socket "$STATE/sds.sock" --streams "$OPEN_STREAMS" --open-concurrency 1
+# start_agent starts a fresh meshid-agent on dev's CA and default/default
+# token, serving SDS on $STATE/agent.sock, and waits (at most 30 s) until it
+# is ready (it holds its certificate).
+start_agent() {
+	rm -f "$STATE/agent.sock"
+	"$AGENTBIN" --ca-addr "$CA_ADDR" --ca-root "$STATE/root-cert.pem" --token-file "$STATE/token" \
+		--sds-socket "$STATE/agent.sock" --monitoring-listen "$BENCH_AGENT_ADMIN" --log-level warn \
+		>"$STATE/agent.log" 2>&1 &
+	agent=$!
+	for _ in $(seq 300); do
+		if curl -sf "http://$BENCH_AGENT_ADMIN/readyz" >/dev/null 2>&1; then return; fi
+		if ! kill -0 "$agent" 2>/dev/null; then break; fi
+		sleep 0.1
+	done
+	echo "bench.sh: meshid-agent did not become ready:" >&2
+	cat "$STATE/agent.log" >&2
+	exit 1
+}
 
-echo "== meshid-bench sds: $STREAMS streams, forced rotation"
-"$BENCHBIN" sds --sds-socket "$STATE/sds.sock" --streams "$STREAMS" --agent-pid "$dev" \
-	--rotate --agent-admin "$AGENT_ADMIN"
+echo "== meshid-bench sds: $OPEN_STREAMS streams opened one at a time (fresh agent)"
+start_agent
+"$BENCHBIN" sds --sds-socket "$STATE/agent.sock" --streams "$OPEN_STREAMS" --open-concurrency 1
+stop_agent
+
+echo "== meshid-bench sds: $STREAMS streams, the agent's RSS, forced rotation (fresh agent)"
+start_agent
+"$BENCHBIN" sds --sds-socket "$STATE/agent.sock" --streams "$STREAMS" --agent-pid "$agent" \
+	--rotate --agent-admin "$BENCH_AGENT_ADMIN"
+stop_agent

@@ -279,10 +279,23 @@ func TestJWTPinnedKeysAnyIssuer(t *testing.T) {
 
 func TestJWTConfig(t *testing.T) {
 	dir := t.TempDir()
-	sym := filepath.Join(dir, "sym.json")
-	os.WriteFile(sym, []byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"s"}]}`), 0o644)
-	bad := filepath.Join(dir, "bad.json")
-	os.WriteFile(bad, []byte(`{"keys":`), 0o644)
+	write := func(name, content string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	sym := write("sym.json", `{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"s"}]}`)
+	bad := write("bad.json", `{"keys":`)
+	// The fixture itself: the same issuer with a good key file is accepted,
+	// so each case below is refused for its own defect.
+	good := filepath.Join(dir, "good.json")
+	writeJWKS(t, good, newHandKey(t, certs.ECP256, jose.ES256, "k1").jwk)
+	if _, err := authn.NewJWT(authn.JWTConfig{Issuer: testIssuer, JWKSFile: good}); err != nil {
+		t.Fatalf("a good JWKS file refused: %v", err)
+	}
 	tests := []struct {
 		name string
 		cfg  authn.JWTConfig

@@ -1,10 +1,14 @@
 package caserver_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,4 +126,68 @@ func TestConfigErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCADirErrorNamesTheProblem: a CA directory that cannot be loaded is
+// refused with the loader's error, naming the directory.
+func TestCADirErrorNamesTheProblem(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "absent")
+	_, err := caserver.New(caserver.Config{StateDir: t.TempDir(), CADir: dir})
+	if err == nil || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("New with CA dir %s: %v, want an error naming it", dir, err)
+	}
+}
+
+// TestWarnsWithoutTokenAuthenticator: a CA with no way to authenticate a
+// token (no cluster, no JWKS file, no JWT issuer, no extra authenticator)
+// says so at startup, and one with a JWT issuer does not.
+func TestWarnsWithoutTokenAuthenticator(t *testing.T) {
+	dir := t.TempDir()
+	iss, err := devissuer.LoadOrCreate(dir, "https://meshid.dev.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		cfg  caserver.Config
+		warn bool
+	}{
+		"none":       {caserver.Config{}, true},
+		"JWT issuer": {caserver.Config{JWTIssuer: iss.Issuer(), JWKSFile: filepath.Join(dir, devissuer.JWKSFile)}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var buf bytes.Buffer
+			cfg := tc.cfg
+			cfg.StateDir = t.TempDir()
+			cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			if _, err := caserver.New(cfg); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(buf.String(), "no token authenticator"); got != tc.warn {
+				t.Fatalf("warned %v, want %v: %q", got, tc.warn, buf.String())
+			}
+		})
+	}
+}
+
+// TestListenBeforeRun: Listen binds the gRPC and the monitoring addresses,
+// so both accept connections before Run.
+func TestListenBeforeRun(t *testing.T) {
+	s, err := caserver.New(caserver.Config{StateDir: t.TempDir(), Listen: "127.0.0.1:0", MonitoringListen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []net.Addr{s.Addr(), s.MonitoringAddr()} {
+		if addr == nil {
+			t.Fatal("an address is unknown after Listen")
+		}
+		conn, err := net.Dial("tcp", addr.String())
+		if err != nil {
+			t.Fatalf("%s before Run: %v", addr, err)
+		}
+		conn.Close()
+	}
+	testkit.Run(t, "CA", s.Run)
 }

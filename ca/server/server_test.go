@@ -368,6 +368,11 @@ func TestConfigErrors(t *testing.T) {
 		{"negative per-IP connection limit", func(c *server.Config) { c.MaxConnectionsPerIP = -1 }},
 		{"negative first-request timeout", func(c *server.Config) { c.FirstRequestTimeout = -time.Second }},
 	}
+	// The fixture itself is accepted, so each case is refused for its own
+	// change and not for a defect they share.
+	if _, err := server.New(base()); err != nil {
+		t.Fatalf("the base configuration is refused: %v", err)
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
 
@@ -333,5 +335,85 @@ func TestWorkloadAPI(t *testing.T) {
 		if s, err := src.GetX509SVID(); err == nil && s.Certificates[0].Equal(rotated.Chain[0]) {
 			return
 		}
+	}
+}
+
+// TestIdentitySource: the workload identity comes from Namespace and
+// ServiceAccount when both are set (the token is not consulted), and from
+// the token's kubernetes.io claims when either is missing.
+func TestIdentitySource(t *testing.T) {
+	w := newWorld(t) // its token is for default/default
+	for name, tc := range map[string]struct {
+		ns, sa string
+		want   string
+	}{
+		"both set":        {"ns1", "sa1", "spiffe://cluster.local/ns/ns1/sa/sa1"},
+		"namespace only":  {"ns1", "", "spiffe://cluster.local/ns/default/sa/default"},
+		"service account": {"", "sa1", "spiffe://cluster.local/ns/default/sa/default"},
+		"neither":         {"", "", "spiffe://cluster.local/ns/default/sa/default"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := w.config()
+			cfg.Namespace, cfg.ServiceAccount = tc.ns, tc.sa
+			if got := testkit.RunAgent(t, cfg).Manager().ID().String(); got != tc.want {
+				t.Fatalf("identity %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestListenBeforeRun: Listen binds the monitoring address as well as the
+// SDS socket, so both accept connections before Run.
+func TestListenBeforeRun(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.config()
+	cfg.MonitoringListen = "127.0.0.1:0"
+	cfg.SDSSocket = filepath.Join(testkit.ShortDir(t), "sds.sock")
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	addr := a.MonitoringAddr()
+	if addr == nil {
+		t.Fatal("no monitoring address after Listen")
+	}
+	for _, c := range []struct{ network, addr string }{{"tcp", addr.String()}, {"unix", a.SocketPath()}} {
+		conn, err := net.Dial(c.network, c.addr)
+		if err != nil {
+			t.Fatalf("%s %s before Run: %v", c.network, c.addr, err)
+		}
+		conn.Close()
+	}
+	testkit.Run(t, "agent", a.Run)
+}
+
+// TestMetricsServed: the agent's own metrics (its SecretManager's and SDS
+// server's) are served on /metrics with no Registerer given, and with a
+// Registerer that is also a Gatherer and no Gatherer given.
+func TestMetricsServed(t *testing.T) {
+	w := newWorld(t)
+	for name, reg := range map[string]prometheus.Registerer{"defaults": nil, "registerer only": prometheus.NewRegistry()} {
+		t.Run(name, func(t *testing.T) {
+			cfg := w.config()
+			cfg.MonitoringListen = "127.0.0.1:0"
+			cfg.Registerer = reg
+			a := testkit.RunAgent(t, cfg)
+			firstSecret(t, a)
+			resp, err := http.Get("http://" + a.MonitoringAddr().String() + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "meshid_") {
+				t.Fatalf("/metrics: %s, no meshid_ series in %d bytes", resp.Status, len(body))
+			}
+		})
 	}
 }

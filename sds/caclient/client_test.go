@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pb "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/caclient"
 )
@@ -379,5 +381,57 @@ func TestCARestart(t *testing.T) {
 	}
 	if n := len(ca.requests()); n != 3 {
 		t.Fatalf("%d requests reached the CA, want 3", n)
+	}
+}
+
+// TestTokenSizeLimit: a token file of identity.MaxTokenSize bytes is sent
+// whole; one byte more is refused with an error naming the file and the
+// limit, and no request is made (a huge file is not sent cut short).
+func TestTokenSizeLimit(t *testing.T) {
+	ca := startCA(t, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
+	tok := tokenPath(t)
+	c := newClient(t, caclient.Config{Addr: ca.addr, Roots: []*x509.Certificate{ca.h.root}, TokenFile: tok})
+	sign := func() error {
+		_, csr := newCSR(t, workload)
+		_, _, err := c.Sign(context.Background(), csr, time.Hour)
+		return err
+	}
+	largest := strings.Repeat("t", identity.MaxTokenSize)
+	writeToken(t, tok, largest)
+	if err := sign(); err != nil {
+		t.Fatalf("a token of %d bytes: %v", identity.MaxTokenSize, err)
+	}
+	if reqs := ca.requests(); len(reqs) != 1 || reqs[0].auth[0] != "Bearer "+largest {
+		t.Fatalf("the largest token was not sent whole (%d requests)", len(reqs))
+	}
+	writeToken(t, tok, largest+"t")
+	err := sign()
+	if err == nil || !strings.Contains(err.Error(), tok) || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("a token of %d bytes: %v, want refused as too large", identity.MaxTokenSize+1, err)
+	}
+	if n := len(ca.requests()); n != 1 {
+		t.Fatalf("%d requests, want none for the oversized token", n)
+	}
+}
+
+// TestVerifyEmpty: Verify, the agent's one check of a CA's answer (also
+// used on certificates read back from elsewhere), refuses an empty chain
+// and an empty root set as invalid responses.
+func TestVerifyEmpty(t *testing.T) {
+	h := newHierarchy(t)
+	key, csr := newCSR(t, workload)
+	leaf := h.issue(t, csr.PublicKey, csr.URIs, nil, nil, time.Now().Add(time.Hour))
+	chain, roots := []*x509.Certificate{leaf, h.inter}, []*x509.Certificate{h.root}
+	id := spiffeid.RequireFromString(workload)
+	if err := caclient.Verify(chain, roots, key.Public(), id, time.Now()); err != nil {
+		t.Fatalf("a good answer refused: %v", err)
+	}
+	for name, tc := range map[string]struct{ chain, roots []*x509.Certificate }{
+		"no chain": {nil, roots},
+		"no roots": {chain, nil},
+	} {
+		if err := caclient.Verify(tc.chain, tc.roots, key.Public(), id, time.Now()); !errors.Is(err, caclient.ErrInvalidResponse) {
+			t.Errorf("%s: %v, want ErrInvalidResponse", name, err)
+		}
 	}
 }

@@ -328,6 +328,15 @@ func (s *sotw) recv() []*tlsv3.Secret {
 	return out
 }
 
+// secretNames lists the names of secs, for failure messages (empty when secs is).
+func secretNames(secs []*tlsv3.Secret) []string {
+	out := make([]string, len(secs))
+	for i, s := range secs {
+		out[i] = s.GetName()
+	}
+	return out
+}
+
 // recvNames receives responses until each of names has arrived.
 func (s *sotw) recvNames(names ...string) map[string]*tlsv3.Secret {
 	s.t.Helper()

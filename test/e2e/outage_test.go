@@ -163,7 +163,7 @@ func TestCAOutage(t *testing.T) {
 	}
 	late := openSotw(t, a.sds, "default", "ROOTCA")
 	if first := late.recv(); len(first) != 1 || first[0].GetName() != "ROOTCA" {
-		t.Fatalf("a stream opened after expiry got %d secrets (first %q), want only ROOTCA", len(first), first[0].GetName())
+		t.Fatalf("a stream opened after expiry got %d secrets (%q), want only ROOTCA", len(first), secretNames(first))
 	}
 	latePushes := late.forward(w.fake)
 

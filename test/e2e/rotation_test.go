@@ -56,7 +56,7 @@ func TestRotationPushedBeforeExpiry(t *testing.T) {
 		secs := s.recv()
 		now := w.fake.Now()
 		if len(secs) != 1 || secs[0].GetName() != "default" {
-			t.Fatalf("rotation %d pushed %d secrets (first %q), want default", i+1, len(secs), secs[0].GetName())
+			t.Fatalf("rotation %d pushed %d secrets (%q), want default", i+1, len(secs), secretNames(secs))
 		}
 		if !now.Before(old.NotAfter) {
 			t.Fatalf("rotation %d pushed at %v, not before the old certificate's NotAfter %v", i+1, now, old.NotAfter)

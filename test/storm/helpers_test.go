@@ -61,7 +61,7 @@ type caServer struct {
 	clk       *clock.Fake
 }
 
-func startCA(t *testing.T, clk *clock.Fake, rate float64, burst int) *caServer {
+func startCA(t *testing.T, clk *clock.Fake, rate float64, burst int, wrap ...func(authn.Authenticator) authn.Authenticator) *caServer {
 	t.Helper()
 	s := &caServer{reg: prometheus.NewRegistry(), clk: clk}
 	key, err := certs.GenerateKey(certs.ECP256)
@@ -77,10 +77,14 @@ func startCA(t *testing.T, clk *clock.Fake, rate float64, burst int) *caServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var auth authn.Authenticator = j
+	for _, w := range wrap {
+		auth = w(auth)
+	}
 	// The CA assembly `meshid server` runs, with a self-signed root made
 	// at the fake time.
 	srv := testkit.CA(t, caserver.Config{
-		TrustDomain: td, ExtraAuthenticators: []authn.Authenticator{j},
+		TrustDomain: td, ExtraAuthenticators: []authn.Authenticator{auth},
 		RateLimit: rate, RateBurst: burst, Clock: clk, Logger: quiet, Registerer: s.reg,
 	})
 	s.authority, s.addr = srv.Authority(), srv.Addr().String()

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
+	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 )
@@ -25,7 +27,11 @@ import (
 // per-caller rate limit of 10/s and a burst of 20, at one fake instant. The
 // CA signs exactly the burst and answers every other call at once with
 // ResourceExhausted; it goes on serving other callers during the burst, and
-// the limited caller again once the bucket refills.
+// the limited caller again once the bucket refills. The burst's calls are
+// held in authentication until the other caller has been served, so that
+// call overlaps the burst: a full connection's worth of the burst's calls
+// (server.MaxConcurrentStreams) is inside the CA while it is served, on a
+// connection of its own as another agent's would be.
 func TestRateLimitBurst(t *testing.T) {
 	const (
 		calls = 2000
@@ -33,7 +39,8 @@ func TestRateLimitBurst(t *testing.T) {
 		burst = 20
 	)
 	clk := clock.NewFake(time.Now().Truncate(time.Second))
-	s := startCA(t, clk, rate, burst)
+	g := &gate{sa: "web", entered: make(chan struct{}, calls), release: make(chan struct{})}
+	s := startCA(t, clk, rate, burst, g.wrap)
 	api := s.api(t)
 	stormID := spiffeid.RequireFromSegments(td, "ns", "storm", "sa", "web")
 	stormCtx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+s.token(t, "storm", "web"))
@@ -53,10 +60,21 @@ func TestRateLimitBurst(t *testing.T) {
 		})
 	}
 	close(start)
+	timeout := guard(t, time.Minute)
+	for i := range server.MaxConcurrentStreams {
+		select {
+		case <-g.entered:
+		case <-timeout:
+			close(g.release)
+			t.Fatalf("only %d of the burst's calls reached the CA", i)
+		}
+	}
 	// Another service's agent is served while the burst is in flight.
 	other := spiffeid.RequireFromSegments(td, "ns", "storm", "sa", "db")
 	otherCtx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+s.token(t, "storm", "db"))
-	if resp, err := api.CreateCertificate(otherCtx, &securityv1alpha1.IstioCertificateRequest{Csr: csrPEM(t, other)}); err != nil || len(resp.GetCertChain()) < 2 {
+	resp, err := s.api(t).CreateCertificate(otherCtx, &securityv1alpha1.IstioCertificateRequest{Csr: csrPEM(t, other)})
+	close(g.release)
+	if err != nil || len(resp.GetCertChain()) < 2 {
 		t.Fatalf("another caller during the burst: %v", err)
 	}
 	wg.Wait()
@@ -84,6 +102,33 @@ func TestRateLimitBurst(t *testing.T) {
 	if okAfter != rate {
 		t.Fatalf("%d calls signed one second after the burst, want %d", okAfter, rate)
 	}
+}
+
+// gate holds each call of service account sa in authentication, after its
+// token is verified, until release is closed; entered receives once per
+// call held.
+type gate struct {
+	next    authn.Authenticator
+	sa      string
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gate) wrap(next authn.Authenticator) authn.Authenticator {
+	g.next = next
+	return g
+}
+
+func (g *gate) Authenticate(ctx context.Context, creds authn.Credentials) (*authn.Caller, error) {
+	c, err := g.next.Authenticate(ctx, creds)
+	if err == nil && c.ServiceAccount == g.sa {
+		g.entered <- struct{}{}
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+		}
+	}
+	return c, err
 }
 
 // api dials the CA over TLS with the generated Istio client.

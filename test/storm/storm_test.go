@@ -55,10 +55,10 @@ type served struct {
 	version  string
 }
 
-// TestRotationStorm runs 1,000 agents (10 deployments of 100 pods, each
+// TestRotationStorm runs 2,000 agents (20 deployments of 100 pods, each
 // deployment one service account) against a real CA server over TLS whose
 // per-caller rate limit (1 certificate/s, burst 5) is far below what the
-// agents ask for: all 1,000 start at the same instant, and their renewals
+// agents ask for: all 2,000 start at the same instant, and their renewals
 // come due within a few minutes of each other. The fake clock moves from one
 // timer deadline to the next (at most a second at a time), and every step
 // waits until every agent is parked again.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +35,13 @@ type agent struct {
 
 func startAgent(t *testing.T) *agent {
 	t.Helper()
+	return startAgentWith(t, nil)
+}
+
+// startAgentWith is startAgent with the SDS server's Source wrapped by wrap
+// (nil: the SecretManager itself).
+func startAgentWith(t *testing.T, wrap func(sds.Source) sds.Source) *agent {
+	t.Helper()
 	bundle, _, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: "cluster.local"})
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +59,11 @@ func startAgent(t *testing.T) *agent {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv, err := sds.New(sds.Config{Source: m, SocketPath: filepath.Join(dir, "sds.sock")})
+	var src sds.Source = m
+	if wrap != nil {
+		src = wrap(m)
+	}
+	srv, err := sds.New(sds.Config{Source: src, SocketPath: filepath.Join(dir, "sds.sock")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +138,86 @@ func TestRunOpensStreamsAndMeasuresRotation(t *testing.T) {
 			}
 			if rep.Memory.AfterRotation == 0 {
 				t.Errorf("no RSS after rotation")
+			}
+		})
+	}
+}
+
+// openGate is the agent's Source, counting the streams whose first fetch
+// of the certificate is in flight at once. Each fetch is held until another
+// stream's fetch arrives beside it or hold has passed, so that streams the
+// tool opens together are seen together at the agent.
+type openGate struct {
+	sds.Source
+	hold time.Duration
+
+	mu       sync.Mutex
+	inFlight int
+	max      int
+	arrived  chan struct{} // closed and replaced on each arrival
+}
+
+func (g *openGate) Secret(ctx context.Context, name string) (*secretcache.Secret, error) {
+	if name != secretcache.DefaultName {
+		return g.Source.Secret(ctx, name)
+	}
+	g.mu.Lock()
+	g.inFlight++
+	g.max = max(g.max, g.inFlight)
+	close(g.arrived)
+	g.arrived = make(chan struct{})
+	next := g.arrived
+	g.mu.Unlock()
+	timer := time.NewTimer(g.hold)
+	select {
+	case <-next:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	timer.Stop()
+	g.mu.Lock()
+	g.inFlight--
+	g.mu.Unlock()
+	return g.Source.Secret(ctx, name)
+}
+
+// TestOpenConcurrencySerialisesOpens: with OpenConcurrency 1 (the
+// `--open-concurrency 1` of the "cached default to a new stream" figure)
+// the agent never sees two streams opening at once; without it, it does.
+// The hold is a bound for the unlimited case to show itself, not a wait the
+// limited case depends on: there no second fetch comes while one is held.
+func TestOpenConcurrencySerialisesOpens(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		open    int
+		serial  bool
+		streams int
+	}{
+		{"open concurrency 1", 1, true, 4},
+		{"unlimited", 0, false, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &openGate{hold: 250 * time.Millisecond, arrived: make(chan struct{})}
+			a := startAgentWith(t, func(src sds.Source) sds.Source { g.Source = src; return g })
+			l, err := sdsload.New(sdsload.Config{Socket: a.socket, Streams: tc.streams, OpenConcurrency: tc.open, PID: os.Getpid()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := l.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Ready != tc.streams {
+				t.Fatalf("%d of %d streams ready", rep.Ready, tc.streams)
+			}
+			g.mu.Lock()
+			most := g.max
+			g.mu.Unlock()
+			if tc.serial && most != 1 {
+				t.Fatalf("with OpenConcurrency %d the agent saw %d streams opening at once", tc.open, most)
+			}
+			if !tc.serial && most < 2 {
+				t.Fatalf("without OpenConcurrency the agent saw at most %d stream opening at once", most)
 			}
 		})
 	}

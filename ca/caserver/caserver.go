@@ -31,6 +31,7 @@ type Server struct {
 	key     *pkcs11.Key          // nil unless CAKey; closed when Run returns
 	node    *nodeauth.Authorizer // nil unless node mode
 	monitor *monitor.Server      // nil when disabled
+	caDir   *keystore.DirWatcher // nil unless the CA comes from CADir
 
 	mu        sync.Mutex
 	authority *ca.Authority
@@ -77,6 +78,9 @@ func New(cfg Config) (*Server, error) {
 	b, err := s.loadBundle()
 	if err == nil {
 		err = s.build(b)
+	}
+	if err == nil {
+		s.caDir, err = s.caDirWatcher()
 	}
 	if err == nil && s.kc != nil && !cfg.DisableRootConfigMap {
 		// Whatever holds the key, a CA with a cluster publishes its roots
@@ -342,6 +346,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.node != nil {
 		g.Go(func() error { return s.node.Run(ctx) })
+	}
+	if s.caDir != nil {
+		g.Go(func() error { return s.caDir.Run(ctx) })
 	}
 	if s.kube != nil && s.cfg.KubeCASecret {
 		b, err := s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)

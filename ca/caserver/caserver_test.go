@@ -15,6 +15,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/testkit"
@@ -190,4 +191,49 @@ func TestListenBeforeRun(t *testing.T) {
 		conn.Close()
 	}
 	testkit.Run(t, "CA", s.Run)
+}
+
+// TestCADirFollowsChanges: the CA assembly on a plugged-in --ca-dir
+// watches it (a mounted cacerts Secret the kubelet updates in place):
+// new CA files are in use without a restart, and broken ones are refused
+// while the CA keeps the last good bundle.
+func TestCADirFollowsChanges(t *testing.T) {
+	writeCA := func(dir string, files map[string][]byte) {
+		t.Helper()
+		for name, data := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	first, files, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: "example.org"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeCA(dir, files)
+	logs := testkit.NewLogRecorder()
+	s := testkit.CA(t, caserver.Config{TrustDomain: spiffeid.RequireTrustDomainFromString("example.org"), CADir: dir, Logger: logs.Logger()})
+	if !s.Authority().Bundle().Cert.Equal(first.Cert) {
+		t.Fatal("the CA does not sign with the directory's CA")
+	}
+	logs.WaitFor(t, "watching the CA directory", 1)
+
+	second, files, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: "example.org"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeCA(dir, files)
+	logs.WaitFor(t, "CA directory reloaded", 1)
+	if !s.Authority().Bundle().Cert.Equal(second.Cert) {
+		t.Fatal("the CA did not follow the directory")
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, keystore.CAKeyFile), []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs.WaitFor(t, "CA directory update refused", 1)
+	if !s.Authority().Bundle().Cert.Equal(second.Cert) {
+		t.Fatal("a broken directory replaced the CA")
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -150,8 +151,60 @@ func TestDeployManifestsServerDryRun(t *testing.T) {
 // HA, probes, hardening, and the workload token the agent needs.
 func TestDeployManifestsContent(t *testing.T) {
 	ms := loadManifests(t)
-	var dep appsv1.Deployment
-	fromUnstructured(t, find(t, ms, "Deployment", "istio-system", "meshid"), &dep)
+	for _, variant := range []struct {
+		file string
+		// keySource checks how the Deployment gets its CA.
+		keySource func(dep appsv1.Deployment, c corev1.Container) (string, bool)
+	}{
+		// The first example: Istio's cacerts Secret mounted as the CA dir.
+		{"20-ca.yaml", func(dep appsv1.Deployment, c corev1.Container) (string, bool) {
+			return "cacerts Secret mounted read-only at /etc/cacerts, --ca-dir=/etc/cacerts", mountsCacerts(dep, c) && slices.Contains(c.Args, "--ca-dir=/etc/cacerts") && !slices.Contains(c.Args, "--kube-ca-secret")
+		}},
+		// The alternative: the CA keeps its key in a Secret it manages.
+		{"kube-ca-secret/20-ca.yaml", func(_ appsv1.Deployment, c corev1.Container) (string, bool) {
+			return "CA keeps its key in a Secret", slices.Contains(c.Args, "--kube-ca-secret") && !slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--ca-dir") })
+		}},
+	} {
+		t.Run(variant.file, func(t *testing.T) {
+			var dep appsv1.Deployment
+			fromUnstructured(t, findIn(t, ms, variant.file, "Deployment", "istio-system", "meshid"), &dep)
+			c := dep.Spec.Template.Spec.Containers[0]
+			what, ok := variant.keySource(dep, c)
+			if !ok {
+				t.Errorf("CA Deployment: %s: not so", what)
+			}
+			checkCADeployment(t, ms, dep)
+		})
+	}
+	checkAgentExample(t, ms)
+}
+
+// mountsCacerts reports whether dep mounts the Secret cacerts read-only
+// at /etc/cacerts in container c, readable by the pod's group only.
+func mountsCacerts(dep appsv1.Deployment, c corev1.Container) bool {
+	var vol string
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == "cacerts" && (v.Secret.Optional == nil || !*v.Secret.Optional) &&
+			v.Secret.DefaultMode != nil && *v.Secret.DefaultMode&0o007 == 0 {
+			vol = v.Name
+		}
+	}
+	sc := dep.Spec.Template.Spec.SecurityContext
+	if vol == "" || sc == nil || sc.FSGroup == nil {
+		return false
+	}
+	for _, m := range c.VolumeMounts {
+		if m.Name == vol && m.MountPath == "/etc/cacerts" && m.ReadOnly {
+			return true
+		}
+	}
+	return false
+}
+
+// checkCADeployment checks what every CA Deployment variant promises: HA,
+// probes, hardening.
+func checkCADeployment(t *testing.T, ms []manifest, dep appsv1.Deployment) {
+	t.Helper()
 	var pdb policyv1.PodDisruptionBudget
 	fromUnstructured(t, find(t, ms, "PodDisruptionBudget", "istio-system", "meshid"), &pdb)
 	var svc corev1.Service
@@ -179,14 +232,17 @@ func TestDeployManifestsContent(t *testing.T) {
 		{"read-only root filesystem", c.SecurityContext != nil && ptrTrue(c.SecurityContext.ReadOnlyRootFilesystem)},
 		{"no privilege escalation", c.SecurityContext != nil && c.SecurityContext.AllowPrivilegeEscalation != nil && !*c.SecurityContext.AllowPrivilegeEscalation},
 		{"resource requests", !c.Resources.Requests.Cpu().IsZero() && !c.Resources.Requests.Memory().IsZero()},
-		{"CA keeps its key in a Secret", slices.Contains(c.Args, "--kube-ca-secret")},
 	}
 	for _, ck := range checks {
 		if !ck.ok {
 			t.Errorf("CA Deployment: %s: not so", ck.name)
 		}
 	}
+}
 
+// checkAgentExample checks the workload example's projected token.
+func checkAgentExample(t *testing.T, ms []manifest) {
+	t.Helper()
 	var ex appsv1.Deployment
 	fromUnstructured(t, find(t, ms, "Deployment", "meshid-example", "example"), &ex)
 	var tokenOK bool

@@ -72,14 +72,20 @@ func loadManifests(t *testing.T) []manifest {
 	return out
 }
 
-// find returns the one manifest of kind with name in namespace ns.
+// find returns the first manifest of kind with name in namespace ns.
 func find(t *testing.T, ms []manifest, kind, ns, name string) *unstructured.Unstructured {
 	t.Helper()
+	return findIn(t, ms, "", kind, ns, name)
+}
+
+// findIn is find in one file (relative to deploy/); "" is any file.
+func findIn(t *testing.T, ms []manifest, file, kind, ns, name string) *unstructured.Unstructured {
+	t.Helper()
 	for _, m := range ms {
-		if m.obj.GetKind() == kind && m.obj.GetNamespace() == ns && m.obj.GetName() == name {
+		if (file == "" || m.file == file) && m.obj.GetKind() == kind && m.obj.GetNamespace() == ns && m.obj.GetName() == name {
 			return m.obj
 		}
 	}
-	t.Fatalf("deploy/ has no %s %s/%s", kind, ns, name)
+	t.Fatalf("deploy/%s has no %s %s/%s", file, kind, ns, name)
 	return nil
 }

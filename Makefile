@@ -145,7 +145,8 @@ soak: build
 ## relative to the package; $$ is make's $):
 ##   make mutate MUTATE_PKGS=ca MUTATE_FLAGS='-E "^(csr|policy)\.go$$"'
 ## gremlins first runs `go test -cover ./<pkg>/...`, subpackages included:
-## its time, times 3, is each mutant's timeout.
+## its time, times 3, is each mutant's timeout (-count=1 in GOFLAGS: a
+## cached coverage run would make that timeout shorter than a build).
 GREMLINS_VERSION ?= v0.6.0
 GREMLINS_DIR     := $(shell $(GO) env GOPATH)/bin/gremlins-$(GREMLINS_VERSION)
 GREMLINS         := $(GREMLINS_DIR)/gremlins
@@ -157,7 +158,7 @@ mutate:
 	@mkdir -p $(MUTATE_OUT)
 	@set -e; for p in $(MUTATE_PKGS); do \
 		echo "== gremlins $$p"; \
-		nice -n 10 $(GREMLINS) unleash --workers 1 --timeout-coefficient 3 \
+		GOFLAGS="$$GOFLAGS -count=1" nice -n 10 $(GREMLINS) unleash --workers 1 --timeout-coefficient 3 \
 			--exclude-files / $(MUTATE_FLAGS) \
 			--output $(MUTATE_OUT)/$$(echo $$p | tr / _).json ./$$p; \
 	done

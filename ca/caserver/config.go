@@ -18,6 +18,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/monitor"
 )
 
 // Defaults of a Config: the flag defaults of `meshid server`.
@@ -196,19 +197,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Registerer == nil {
-		reg := prometheus.NewRegistry()
-		cfg.Registerer = reg
-		if cfg.Gatherer == nil {
-			cfg.Gatherer = reg
-		}
-	}
-	if cfg.Gatherer == nil {
-		g, ok := cfg.Registerer.(prometheus.Gatherer)
-		if !ok && cfg.MonitoringListen != "" {
-			return cfg, errors.New("caserver: monitoring needs a Gatherer")
-		}
-		cfg.Gatherer = g
+	var ok bool
+	cfg.Registerer, cfg.Gatherer, ok = monitor.Registry(cfg.Registerer, cfg.Gatherer)
+	if !ok && cfg.MonitoringListen != "" {
+		return cfg, errors.New("caserver: monitoring needs a Gatherer")
 	}
 	return cfg, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/monitor"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -130,19 +131,10 @@ func (cfg Config) withDefaults() (Config, error) {
 
 // withMetrics returns cfg with its Registerer and Gatherer defaults.
 func (cfg Config) withMetrics() (Config, error) {
-	if cfg.Registerer == nil {
-		reg := prometheus.NewRegistry()
-		cfg.Registerer = reg
-		if cfg.Gatherer == nil {
-			cfg.Gatherer = reg
-		}
-	}
-	if cfg.Gatherer == nil {
-		g, ok := cfg.Registerer.(prometheus.Gatherer)
-		if !ok && cfg.MonitoringListen != "" {
-			return cfg, errors.New("agent: monitoring needs a Gatherer")
-		}
-		cfg.Gatherer = g
+	var ok bool
+	cfg.Registerer, cfg.Gatherer, ok = monitor.Registry(cfg.Registerer, cfg.Gatherer)
+	if !ok && cfg.MonitoringListen != "" {
+		return cfg, errors.New("agent: monitoring needs a Gatherer")
 	}
 	return cfg, nil
 }

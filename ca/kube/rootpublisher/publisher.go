@@ -2,6 +2,7 @@ package rootpublisher
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -112,12 +113,8 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("rootpublisher: Client is required")
 	}
-	if cfg.ConfigMapName == "" {
-		cfg.ConfigMapName = DefaultConfigMapName
-	}
-	if cfg.Key == "" {
-		cfg.Key = DefaultKey
-	}
+	cfg.ConfigMapName = cmp.Or(cfg.ConfigMapName, DefaultConfigMapName)
+	cfg.Key = cmp.Or(cfg.Key, DefaultKey)
 	if cfg.Workers <= 0 {
 		cfg.Workers = 2
 	}

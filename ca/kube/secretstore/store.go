@@ -1,6 +1,7 @@
 package secretstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -97,12 +98,8 @@ func New(cfg Config) (*Store, error) {
 	case cfg.TrustDomain == "":
 		return nil, errors.New("secretstore: TrustDomain is required")
 	}
-	if cfg.SecretName == "" {
-		cfg.SecretName = DefaultSecretName
-	}
-	if cfg.PluggedSecretName == "" {
-		cfg.PluggedSecretName = DefaultPluggedSecretName
-	}
+	cfg.SecretName = cmp.Or(cfg.SecretName, DefaultSecretName)
+	cfg.PluggedSecretName = cmp.Or(cfg.PluggedSecretName, DefaultPluggedSecretName)
 	if cfg.SecretName == cfg.PluggedSecretName {
 		return nil, fmt.Errorf("secretstore: SecretName and PluggedSecretName are both %q", cfg.SecretName)
 	}

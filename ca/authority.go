@@ -1,6 +1,7 @@
 package ca
 
 import (
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/rand"
@@ -97,15 +98,9 @@ func New(cfg Config) (*Authority, error) {
 	if cfg.Bundle == nil {
 		return nil, errors.New("ca: CA bundle is required")
 	}
-	if cfg.DefaultTTL == 0 {
-		cfg.DefaultTTL = DefaultTTL
-	}
-	if cfg.MaxTTL == 0 {
-		cfg.MaxTTL = DefaultMaxTTL
-	}
-	if cfg.ClockSkew == 0 {
-		cfg.ClockSkew = DefaultClockSkew
-	}
+	cfg.DefaultTTL = cmp.Or(cfg.DefaultTTL, DefaultTTL)
+	cfg.MaxTTL = cmp.Or(cfg.MaxTTL, DefaultMaxTTL)
+	cfg.ClockSkew = cmp.Or(cfg.ClockSkew, DefaultClockSkew)
 	switch {
 	case cfg.DefaultTTL < 0 || cfg.MaxTTL < 0 || cfg.ClockSkew < 0:
 		return nil, errors.New("ca: TTLs and clock skew must not be negative")

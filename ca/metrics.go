@@ -2,6 +2,8 @@ package ca
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshid/meshid/internal/metric"
 )
 
 // metrics are the Authority's Prometheus metrics. Every field is usable
@@ -13,21 +15,15 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer, current func() *issuer) (*metrics, error) {
-	failures := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshid_ca_sign_failures_total",
-		Help: "Certificate requests the CA refused or failed to sign, by reason.",
-	}, []string{"reason"})
+	failures := metric.CounterVec("meshid_ca_sign_failures_total",
+		"Certificate requests the CA refused or failed to sign, by reason.", "reason")
 	m := &metrics{
-		issued: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meshid_ca_certificates_issued_total",
-			Help: "Certificates issued by the CA.",
-		}),
+		issued: metric.Counter("meshid_ca_certificates_issued_total",
+			"Certificates issued by the CA."),
 		failures: map[string]prometheus.Counter{},
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "meshid_ca_sign_duration_seconds",
-			Help:    "Time to check a request's policy and sign its certificate.",
-			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 14), // 25µs .. ~200ms
-		}),
+		duration: metric.Histogram("meshid_ca_sign_duration_seconds",
+			"Time to check a request's policy and sign its certificate.",
+			prometheus.ExponentialBuckets(25e-6, 2, 14)), // 25µs .. ~200ms
 	}
 	for _, r := range failureReasons {
 		m.failures[r] = failures.WithLabelValues(r)
@@ -35,22 +31,14 @@ func newMetrics(reg prometheus.Registerer, current func() *issuer) (*metrics, er
 	if reg == nil {
 		return m, nil
 	}
-	rootExpiry := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "meshid_ca_root_expiry_timestamp_seconds",
-		Help: "When the earliest-expiring root of the CA bundle expires, as a Unix time.",
-	}, func() float64 { return float64(current().rootExp.Unix()) })
-	certExpiry := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "meshid_ca_cert_expiry_timestamp_seconds",
-		Help: "When the CA's signing certificate expires, as a Unix time.",
-	}, func() float64 { return float64(current().cert.NotAfter.Unix()) })
-	cs := []prometheus.Collector{m.issued, failures, m.duration, rootExpiry, certExpiry}
-	for i, c := range cs {
-		if err := reg.Register(c); err != nil {
-			for _, done := range cs[:i] {
-				reg.Unregister(done)
-			}
-			return nil, err
-		}
+	rootExpiry := metric.GaugeFunc("meshid_ca_root_expiry_timestamp_seconds",
+		"When the earliest-expiring root of the CA bundle expires, as a Unix time.",
+		func() float64 { return float64(current().rootExp.Unix()) })
+	certExpiry := metric.GaugeFunc("meshid_ca_cert_expiry_timestamp_seconds",
+		"When the CA's signing certificate expires, as a Unix time.",
+		func() float64 { return float64(current().cert.NotAfter.Unix()) })
+	if err := metric.Register(reg, m.issued, failures, m.duration, rootExpiry, certExpiry); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

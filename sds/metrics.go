@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshid/meshid/internal/metric"
 )
 
 // Reasons of meshid_agent_sds_bad_requests_total.
@@ -25,41 +27,22 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		streams: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "meshid_agent_sds_streams",
-			Help: "Open SDS streams (state of the world and delta).",
-		}),
-		pushes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meshid_agent_sds_pushes_total",
-			Help: "SDS responses sent on streams.",
-		}),
-		acks: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meshid_agent_sds_acks_total",
-			Help: "SDS requests acknowledging the latest response.",
-		}),
-		nacks: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meshid_agent_sds_nacks_total",
-			Help: "SDS requests rejecting the latest response (error_detail set).",
-		}),
-		stale: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meshid_agent_sds_stale_requests_total",
-			Help: "SDS requests whose response_nonce is not the latest sent on the stream.",
-		}),
-		bad: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshid_agent_sds_bad_requests_total",
-			Help: "SDS requests, or requested names, that could not be served, by reason.",
-		}, []string{"reason"}),
+		streams: metric.Gauge("meshid_agent_sds_streams",
+			"Open SDS streams (state of the world and delta)."),
+		pushes: metric.Counter("meshid_agent_sds_pushes_total",
+			"SDS responses sent on streams."),
+		acks: metric.Counter("meshid_agent_sds_acks_total",
+			"SDS requests acknowledging the latest response."),
+		nacks: metric.Counter("meshid_agent_sds_nacks_total",
+			"SDS requests rejecting the latest response (error_detail set)."),
+		stale: metric.Counter("meshid_agent_sds_stale_requests_total",
+			"SDS requests whose response_nonce is not the latest sent on the stream."),
+		bad: metric.CounterVec("meshid_agent_sds_bad_requests_total",
+			"SDS requests, or requested names, that could not be served, by reason.",
+			"reason", reasonTypeURL, reasonUnknownResource, reasonNoNames, reasonTooManyNames),
 	}
-	for _, r := range []string{reasonTypeURL, reasonUnknownResource, reasonNoNames, reasonTooManyNames} {
-		m.bad.WithLabelValues(r)
-	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.streams, m.pushes, m.acks, m.nacks, m.stale, m.bad} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("sds: register metrics: %w", err)
-		}
+	if err := metric.Register(reg, m.streams, m.pushes, m.acks, m.nacks, m.stale, m.bad); err != nil {
+		return nil, fmt.Errorf("sds: register metrics: %w", err)
 	}
 	return m, nil
 }

@@ -1,6 +1,7 @@
 package sds
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -112,9 +113,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("sds: socket path %q is longer than %d bytes", cfg.SocketPath, unixsock.MaxPath)
 	}
 	mode := cfg.SocketMode
-	if mode == 0 {
-		mode = DefaultSocketMode
-	}
+	mode = cmp.Or(mode, DefaultSocketMode)
 	if mode&^os.ModePerm != 0 || mode&0o007 != 0 || mode&0o600 != 0o600 {
 		return nil, fmt.Errorf("sds: socket mode %#o: want owner read-write and no access for others, such as 0600 or 0660", mode)
 	}
@@ -122,13 +121,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("sds: Config.MaxResourceNames and ShutdownTimeout must not be negative")
 	}
 	maxNames := cfg.MaxResourceNames
-	if maxNames == 0 {
-		maxNames = DefaultMaxResourceNames
-	}
+	maxNames = cmp.Or(maxNames, DefaultMaxResourceNames)
 	shutdown := cfg.ShutdownTimeout
-	if shutdown == 0 {
-		shutdown = DefaultShutdownTimeout
-	}
+	shutdown = cmp.Or(shutdown, DefaultShutdownTimeout)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -35,34 +35,6 @@ func fuzzJWT(t testing.TB, keys ...handKey) *authn.JWT {
 	return j
 }
 
-// fuzzKey is newHandKey for a fuzz target's setup (testing.TB).
-func fuzzKey(tb testing.TB, kt certs.KeyType, alg jose.SignatureAlgorithm, kid string) handKey {
-	tb.Helper()
-	k, err := certs.GenerateKey(kt)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return handKey{alg: alg, key: k, jwk: jose.JSONWebKey{Key: k.Public(), KeyID: kid, Algorithm: string(alg), Use: "sig"}}
-}
-
-// signClaims is handKey.sign for testing.TB.
-func (h handKey) signClaims(tb testing.TB, claims ...any) string {
-	tb.Helper()
-	s, err := jose.NewSigner(jose.SigningKey{Algorithm: h.alg, Key: jose.JSONWebKey{Key: h.key, KeyID: h.jwk.KeyID}}, (&jose.SignerOptions{}).WithType("JWT"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	b := jwt.Signed(s)
-	for _, c := range claims {
-		b = b.Claims(c)
-	}
-	tok, err := b.Serialize()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return tok
-}
-
 // signPayload signs payload as is (not necessarily JSON) with k.
 func (h handKey) signPayload(t testing.TB, payload []byte) string {
 	t.Helper()
@@ -144,18 +116,18 @@ func checkAccepted(t *testing.T, c *authn.Caller, token string, keys ...handKey)
 // refusal is Unauthenticated without echoing the token; and a token it
 // accepts must verify with a trusted key and carry valid claims.
 func FuzzJWTToken(f *testing.F) {
-	es := fuzzKey(f, certs.ECP256, jose.ES256, "es")
-	rs := fuzzKey(f, certs.RSA2048, jose.RS256, "rs")
-	foreign := fuzzKey(f, certs.ECP256, jose.ES256, "es") // same kid, untrusted key
+	es := newHandKey(f, certs.ECP256, jose.ES256, "es")
+	rs := newHandKey(f, certs.RSA2048, jose.RS256, "rs")
+	foreign := newHandKey(f, certs.ECP256, jose.ES256, "es") // same kid, untrusted key
 	j := fuzzJWT(f, es, rs)
-	valid := es.signClaims(f, stdClaims(t0, nil), k8sBound)
+	valid := es.sign(f, stdClaims(t0, nil), k8sBound)
 	for _, tok := range []string{
 		valid,
-		rs.signClaims(f, stdClaims(t0, nil), k8sLegacy),
-		es.signClaims(f, stdClaims(t0, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(t0.Add(-time.Hour)) }), k8sBound),
-		es.signClaims(f, stdClaims(t0, func(c *jwt.Claims) { c.Audience = jwt.Audience{"other"} }), k8sBound),
-		es.signClaims(f, stdClaims(t0, func(c *jwt.Claims) { c.Subject = "system:serviceaccount:prod:other" }), k8sBound),
-		foreign.signClaims(f, stdClaims(t0, nil), k8sBound),
+		rs.sign(f, stdClaims(t0, nil), k8sLegacy),
+		es.sign(f, stdClaims(t0, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(t0.Add(-time.Hour)) }), k8sBound),
+		es.sign(f, stdClaims(t0, func(c *jwt.Claims) { c.Audience = jwt.Audience{"other"} }), k8sBound),
+		es.sign(f, stdClaims(t0, func(c *jwt.Claims) { c.Subject = "system:serviceaccount:prod:other" }), k8sBound),
+		foreign.sign(f, stdClaims(t0, nil), k8sBound),
 		valid[:len(valid)-4] + "AAAA",         // tampered signature
 		valid[:strings.LastIndex(valid, ".")], // no signature
 		base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + strings.Split(valid, ".")[1] + ".",
@@ -189,7 +161,7 @@ func FuzzJWTToken(f *testing.F) {
 // with claims that do not name our issuer and audience, a live exp and a
 // service account.
 func FuzzJWTClaims(f *testing.F) {
-	es := fuzzKey(f, certs.ECP256, jose.ES256, "es")
+	es := newHandKey(f, certs.ECP256, jose.ES256, "es")
 	j := fuzzJWT(f, es)
 	claims := func(mod func(map[string]any)) []byte {
 		m := map[string]any{
@@ -244,9 +216,9 @@ func FuzzJWTClaims(f *testing.F) {
 // valid public asymmetric signing keys: never a private half, a symmetric
 // key, or an encryption key.
 func FuzzParseJWKS(f *testing.F) {
-	es := fuzzKey(f, certs.ECP256, jose.ES256, "es")
-	rs := fuzzKey(f, certs.RSA2048, jose.RS256, "rs")
-	ed := fuzzKey(f, certs.Ed25519, jose.EdDSA, "ed")
+	es := newHandKey(f, certs.ECP256, jose.ES256, "es")
+	rs := newHandKey(f, certs.RSA2048, jose.RS256, "rs")
+	ed := newHandKey(f, certs.Ed25519, jose.EdDSA, "ed")
 	pub, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{es.jwk, rs.jwk, ed.jwk}})
 	priv, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: es.key, KeyID: "p", Algorithm: "ES256"}}})
 	for _, s := range [][]byte{

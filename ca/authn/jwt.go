@@ -19,6 +19,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/metric"
 )
 
 // Defaults of JWTConfig.
@@ -168,14 +169,10 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 		log:         cfg.Logger,
 		kick:        make(chan struct{}, 1),
 		cacheTTL:    cfg.CacheTTL,
-		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshid_ca_jwks_refreshes_total",
-			Help: "Reloads of the JWT authenticator's key set, by result (ok, error).",
-		}, []string{"result"}),
-		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meshid_ca_jwt_cache_hits_total",
-			Help: "JWT authentications answered from the cache of verified tokens.",
-		}),
+		refreshes: metric.CounterVec("meshid_ca_jwks_refreshes_total",
+			"Reloads of the JWT authenticator's key set, by result (ok, error).", "result"),
+		cacheHits: metric.Counter("meshid_ca_jwt_cache_hits_total",
+			"JWT authentications answered from the cache of verified tokens."),
 	}
 	if cfg.CacheSize > 0 {
 		j.cache = newTokenCache(cfg.CacheSize, j.clock)
@@ -206,12 +203,8 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 		}
 		j.discover = true
 	}
-	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{j.refreshes, j.cacheHits} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("authn: register JWT metrics: %w", err)
-			}
-		}
+	if err := metric.Register(cfg.Registerer, j.refreshes, j.cacheHits); err != nil {
+		return nil, fmt.Errorf("authn: register JWT metrics: %w", err)
 	}
 	return j, nil
 }

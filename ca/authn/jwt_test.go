@@ -34,7 +34,7 @@ type handKey struct {
 	jwk jose.JSONWebKey
 }
 
-func newHandKey(t *testing.T, kt certs.KeyType, alg jose.SignatureAlgorithm, kid string) handKey {
+func newHandKey(t testing.TB, kt certs.KeyType, alg jose.SignatureAlgorithm, kid string) handKey {
 	t.Helper()
 	k, err := certs.GenerateKey(kt)
 	if err != nil {
@@ -44,7 +44,7 @@ func newHandKey(t *testing.T, kt certs.KeyType, alg jose.SignatureAlgorithm, kid
 }
 
 // sign makes a compact JWS over claims (each value is JSON-marshalled).
-func (h handKey) sign(t *testing.T, claims ...any) string {
+func (h handKey) sign(t testing.TB, claims ...any) string {
 	t.Helper()
 	s, err := jose.NewSigner(jose.SigningKey{Algorithm: h.alg, Key: jose.JSONWebKey{Key: h.key, KeyID: h.jwk.KeyID}}, (&jose.SignerOptions{}).WithType("JWT"))
 	if err != nil {

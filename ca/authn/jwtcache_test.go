@@ -16,6 +16,7 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 const jwtCacheHits = "meshid_ca_jwt_cache_hits_total"
@@ -98,7 +99,7 @@ func TestJWTCache(t *testing.T) {
 				if s.hit {
 					hits++
 				}
-				if got := gatherValue(t, reg, jwtCacheHits); got != hits {
+				if got := testkit.Metric(t, reg, jwtCacheHits); got != hits {
 					t.Fatalf("step %d: %v cache hits, want %v", i, got, hits)
 				}
 			}
@@ -125,7 +126,7 @@ func TestJWTCacheKeepsRejections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := gatherValue(t, reg, jwtCacheHits); got != 1 {
+	if got := testkit.Metric(t, reg, jwtCacheHits); got != 1 {
 		t.Fatalf("%v cache hits, want 1", got)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/metric"
 )
 
 // Defaults of TokenReviewConfig.
@@ -132,29 +133,17 @@ func NewTokenReview(cfg TokenReviewConfig) (*TokenReview, error) {
 		clock:     clk,
 		log:       cfg.Logger,
 		cache:     newTokenCache(cfg.CacheSize, clk),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshid_ca_tokenreview_requests_total",
-			Help: "TokenReview calls to the Kubernetes API server, by result (authenticated, rejected, error).",
-		}, []string{"result"}),
-		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meshid_ca_tokenreview_cache_hits_total",
-			Help: "Token authentications answered from the TokenReview cache.",
-		}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "meshid_ca_tokenreview_duration_seconds",
-			Help:    "Latency of TokenReview calls to the Kubernetes API server.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-		}),
+		requests: metric.CounterVec("meshid_ca_tokenreview_requests_total",
+			"TokenReview calls to the Kubernetes API server, by result (authenticated, rejected, error).",
+			"result", "authenticated", "rejected", "error"),
+		cacheHits: metric.Counter("meshid_ca_tokenreview_cache_hits_total",
+			"Token authentications answered from the TokenReview cache."),
+		latency: metric.Histogram("meshid_ca_tokenreview_duration_seconds",
+			"Latency of TokenReview calls to the Kubernetes API server.",
+			prometheus.ExponentialBuckets(0.001, 2, 14)),
 	}
-	for _, r := range []string{"authenticated", "rejected", "error"} {
-		t.requests.WithLabelValues(r)
-	}
-	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{t.requests, t.cacheHits, t.latency} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("authn: register TokenReview metrics: %w", err)
-			}
-		}
+	if err := metric.Register(cfg.Registerer, t.requests, t.cacheHits, t.latency); err != nil {
+		return nil, fmt.Errorf("authn: register TokenReview metrics: %w", err)
 	}
 	return t, nil
 }

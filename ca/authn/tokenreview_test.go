@@ -25,6 +25,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // fakeAPI is a Kubernetes API server that answers TokenReviews with
@@ -146,7 +147,7 @@ func TestTokenReviewDecisions(t *testing.T) {
 				if *c != want {
 					t.Fatalf("caller %+v, want %+v", *c, want)
 				}
-				if got := gatherLabeled(t, reg, "meshid_ca_tokenreview_requests_total", "authenticated"); got != 1 {
+				if got := testkit.Metric(t, reg, "meshid_ca_tokenreview_requests_total", "result", "authenticated"); got != 1 {
 					t.Fatalf("authenticated count %v", got)
 				}
 				return
@@ -217,7 +218,7 @@ func TestTokenReviewCache(t *testing.T) {
 			if n := api.calls.Load(); n != 1 {
 				t.Fatalf("API calls %d after a cached call, want 1", n)
 			}
-			if got := gatherValue(t, reg, "meshid_ca_tokenreview_cache_hits_total"); got != 1 {
+			if got := testkit.Metric(t, reg, "meshid_ca_tokenreview_cache_hits_total"); got != 1 {
 				t.Fatalf("cache hits %v, want 1", got)
 			}
 			clk.Set(t0.Add(tc.missAt))
@@ -268,43 +269,6 @@ func TestTokenReviewConfig(t *testing.T) {
 	if _, err := authn.NewTokenReview(authn.TokenReviewConfig{Client: fake.NewClientset(), Audiences: []string{""}}); err == nil {
 		t.Fatal("empty audience accepted")
 	}
-}
-
-func gatherLabeled(t *testing.T, reg *prometheus.Registry, name, result string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("metric %s{result=%q} not found", name, result)
-	return 0
-}
-
-func gatherValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("metric %s not found", name)
-	return 0
 }
 
 // A caller that goes away while its review is in flight gets Unavailable at

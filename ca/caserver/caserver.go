@@ -300,10 +300,7 @@ func (s *Server) Addr() net.Addr {
 // MonitoringAddr is the bound monitoring address, or nil before Listen or
 // when monitoring is disabled.
 func (s *Server) MonitoringAddr() net.Addr {
-	if s.monitor == nil {
-		return nil
-	}
-	return s.monitor.Addr()
+	return s.monitor.Addr() // nil when disabled
 }
 
 // Ready is the CA's readiness (/readyz): nil once it serves, and, in a

@@ -1,6 +1,7 @@
 package caserver
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/monitor"
 )
 
 // Defaults of a Config: the flag defaults of `meshid server`.
@@ -149,27 +151,17 @@ type Config struct {
 
 // withDefaults returns cfg with defaults applied, or why it is invalid.
 func (cfg Config) withDefaults() (Config, error) {
-	if cfg.Listen == "" {
-		cfg.Listen = DefaultListen
-	}
+	cfg.Listen = cmp.Or(cfg.Listen, DefaultListen)
 	if cfg.TrustDomain.IsZero() {
 		cfg.TrustDomain = spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
 	}
-	if cfg.StateDir == "" {
-		cfg.StateDir = DefaultStateDir
-	}
-	if cfg.RootKeyType == "" {
-		cfg.RootKeyType = DefaultRootKeyType
-	}
+	cfg.StateDir = cmp.Or(cfg.StateDir, DefaultStateDir)
+	cfg.RootKeyType = cmp.Or(cfg.RootKeyType, DefaultRootKeyType)
 	if _, err := certs.ParseKeyType(string(cfg.RootKeyType)); err != nil {
 		return cfg, fmt.Errorf("caserver: root key type: %w", err)
 	}
-	if cfg.DefaultTTL == 0 {
-		cfg.DefaultTTL = DefaultTTL
-	}
-	if cfg.MaxTTL == 0 {
-		cfg.MaxTTL = DefaultMaxTTL
-	}
+	cfg.DefaultTTL = cmp.Or(cfg.DefaultTTL, DefaultTTL)
+	cfg.MaxTTL = cmp.Or(cfg.MaxTTL, DefaultMaxTTL)
 	if cfg.DefaultTTL < 0 || cfg.MaxTTL < 0 || cfg.ServingTTL < 0 {
 		return cfg, errors.New("caserver: negative TTL")
 	}
@@ -179,9 +171,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	if len(cfg.TokenAudiences) == 0 {
 		cfg.TokenAudiences = []string{DefaultTokenAudience}
 	}
-	if cfg.Namespace == "" {
-		cfg.Namespace = DefaultNamespace
-	}
+	cfg.Namespace = cmp.Or(cfg.Namespace, DefaultNamespace)
 	if cfg.KubeQPS < 0 || cfg.KubeBurst < 0 || cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0 || cfg.FirstRequestTimeout < 0 {
 		return cfg, errors.New("caserver: negative Kubernetes rate limit or connection limit")
 	}
@@ -196,19 +186,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Registerer == nil {
-		reg := prometheus.NewRegistry()
-		cfg.Registerer = reg
-		if cfg.Gatherer == nil {
-			cfg.Gatherer = reg
-		}
-	}
-	if cfg.Gatherer == nil {
-		g, ok := cfg.Registerer.(prometheus.Gatherer)
-		if !ok && cfg.MonitoringListen != "" {
-			return cfg, errors.New("caserver: monitoring needs a Gatherer")
-		}
-		cfg.Gatherer = g
+	var ok bool
+	cfg.Registerer, cfg.Gatherer, ok = monitor.Registry(cfg.Registerer, cfg.Gatherer)
+	if !ok && cfg.MonitoringListen != "" {
+		return cfg, errors.New("caserver: monitoring needs a Gatherer")
 	}
 	return cfg, nil
 }

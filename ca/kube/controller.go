@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,9 +106,7 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.RootPollInterval < 0 {
 		return nil, fmt.Errorf("kube: negative root poll interval %s", cfg.RootPollInterval)
 	}
-	if cfg.RootPollInterval == 0 {
-		cfg.RootPollInterval = DefaultRootPollInterval
-	}
+	cfg.RootPollInterval = cmp.Or(cfg.RootPollInterval, DefaultRootPollInterval)
 	c := &Controller{log: log, clock: clock.OrReal(cfg.Clock), roots: cfg.Roots, poll: cfg.RootPollInterval}
 	if cfg.Roots == nil {
 		if err := c.newStore(cfg); err != nil {

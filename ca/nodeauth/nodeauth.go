@@ -1,6 +1,7 @@
 package nodeauth
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,9 +88,7 @@ func New(cfg Config) (*Authorizer, error) {
 	if cfg.LookupTimeout < 0 {
 		return nil, fmt.Errorf("nodeauth: negative lookup timeout %s", cfg.LookupTimeout)
 	}
-	if cfg.LookupTimeout == 0 {
-		cfg.LookupTimeout = DefaultLookupTimeout
-	}
+	cfg.LookupTimeout = cmp.Or(cfg.LookupTimeout, DefaultLookupTimeout)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/stats"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/metric"
 )
 
 // Connection limits (issue 9, hole 10): 4,000 idle, handshaken connections
@@ -49,14 +50,11 @@ const (
 )
 
 func newConnMetrics() (*connMetrics, []prometheus.Collector) {
-	open := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "meshid_ca_connections_open",
-		Help: "Connections to the CA's gRPC endpoint open now.",
-	})
-	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshid_ca_connections_refused_total",
-		Help: "Connections to the CA's gRPC endpoint closed by a limit: limit (all connections), per_ip_limit, first_request_timeout.",
-	}, []string{"reason"})
+	open := metric.Gauge("meshid_ca_connections_open",
+		"Connections to the CA's gRPC endpoint open now.")
+	refused := metric.CounterVec("meshid_ca_connections_refused_total",
+		"Connections to the CA's gRPC endpoint closed by a limit: limit (all connections), per_ip_limit, first_request_timeout.",
+		"reason")
 	m := &connMetrics{open: open, refused: map[string]prometheus.Counter{}}
 	for _, r := range []string{refusedGlobal, refusedPerIP, refusedFirstRequest} {
 		m.refused[r] = refused.WithLabelValues(r)

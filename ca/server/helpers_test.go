@@ -210,29 +210,6 @@ func (e *env) srvAuth(t testing.TB) authn.Authenticator {
 	return j
 }
 
-// counterValue reads a counter with one label from reg.
-func counterValue(t testing.TB, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("metric %s{%s=%q} not found", name, label, value)
-	return 0
-}
-
 // waitReady blocks until the server reports ready. Ready turns true right
 // after Run starts serving; the TLS handshake of a first connection is
 // answered only by a serving server, so it is the condition waited on.

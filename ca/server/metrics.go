@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshid/meshid/internal/metric"
 	"google.golang.org/grpc/codes"
 )
 
@@ -23,22 +25,17 @@ var requestCodes = []codes.Code{
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshid_ca_requests_total",
-		Help: "CreateCertificate requests, by gRPC status code.",
-	}, []string{"code"})
-	callers := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshid_ca_authenticated_requests_total",
-		Help: "CreateCertificate requests whose caller was authenticated, by method (tokenreview, jwt, clientcert).",
-	}, []string{"method"})
+	requests := metric.CounterVec("meshid_ca_requests_total",
+		"CreateCertificate requests, by gRPC status code.", "code")
+	callers := metric.CounterVec("meshid_ca_authenticated_requests_total",
+		"CreateCertificate requests whose caller was authenticated, by method (tokenreview, jwt, clientcert).",
+		"method")
 	m := &metrics{
 		requests: map[codes.Code]prometheus.Counter{},
 		callers:  map[string]prometheus.Counter{},
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "meshid_ca_request_duration_seconds",
-			Help:    "Time to handle a CreateCertificate request: authentication, CSR check and signing.",
-			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50µs .. ~1.6s
-		}),
+		duration: metric.Histogram("meshid_ca_request_duration_seconds",
+			"Time to handle a CreateCertificate request: authentication, CSR check and signing.",
+			prometheus.ExponentialBuckets(50e-6, 2, 16)), // 50µs .. ~1.6s
 	}
 	for _, c := range requestCodes {
 		m.requests[c] = requests.WithLabelValues(c.String())
@@ -49,13 +46,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.otherAuth = callers.WithLabelValues("other")
 	conns, connCollectors := newConnMetrics()
 	m.conns = conns
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range append([]prometheus.Collector{requests, callers, m.duration}, connCollectors...) {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("server: register metrics: %w", err)
-		}
+	if err := metric.Register(reg, append([]prometheus.Collector{requests, callers, m.duration}, connCollectors...)...); err != nil {
+		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
 	return m, nil
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -153,30 +154,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ServingTTL < 0 {
 		return nil, fmt.Errorf("server: negative serving TTL %s", cfg.ServingTTL)
 	}
-	if cfg.ServingTTL == 0 {
-		cfg.ServingTTL = DefaultServingTTL
-	}
-	if cfg.MaxHeaderListSize == 0 {
-		cfg.MaxHeaderListSize = DefaultMaxHeaderListSize
-	}
+	cfg.ServingTTL = cmp.Or(cfg.ServingTTL, DefaultServingTTL)
+	cfg.MaxHeaderListSize = cmp.Or(cfg.MaxHeaderListSize, DefaultMaxHeaderListSize)
 	if cfg.MaxHeaderListSize > DefaultMaxHeaderListSize {
 		return nil, fmt.Errorf("server: header list size %d is over the %d KiB maximum", cfg.MaxHeaderListSize, DefaultMaxHeaderListSize>>10)
 	}
-	if cfg.MaxConnections == 0 {
-		cfg.MaxConnections = DefaultMaxConnections
-	}
-	if cfg.MaxConnectionsPerIP == 0 {
-		cfg.MaxConnectionsPerIP = DefaultMaxConnectionsPerIP
-	}
-	if cfg.FirstRequestTimeout == 0 {
-		cfg.FirstRequestTimeout = DefaultFirstRequestTimeout
-	}
+	cfg.MaxConnections = cmp.Or(cfg.MaxConnections, DefaultMaxConnections)
+	cfg.MaxConnectionsPerIP = cmp.Or(cfg.MaxConnectionsPerIP, DefaultMaxConnectionsPerIP)
+	cfg.FirstRequestTimeout = cmp.Or(cfg.FirstRequestTimeout, DefaultFirstRequestTimeout)
 	if cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0 || cfg.FirstRequestTimeout < 0 {
 		return nil, errors.New("server: connection limits and the first-request timeout must not be negative")
 	}
-	if cfg.MaxTokenSize == 0 {
-		cfg.MaxTokenSize = authn.MaxTokenSize
-	}
+	cfg.MaxTokenSize = cmp.Or(cfg.MaxTokenSize, authn.MaxTokenSize)
 	if cfg.MaxTokenSize < 0 || cfg.MaxTokenSize > authn.MaxTokenSize {
 		return nil, fmt.Errorf("server: token size limit %d is not within 1 to %d bytes", cfg.MaxTokenSize, authn.MaxTokenSize)
 	}
@@ -202,9 +191,7 @@ func New(cfg Config) (*Server, error) {
 	s.conns = newConnLimiter(cfg.MaxConnections, cfg.MaxConnectionsPerIP, cfg.FirstRequestTimeout, clk, m.conns)
 	if cfg.RateLimit > 0 {
 		burst := cfg.RateBurst
-		if burst == 0 {
-			burst = max(1, int(math.Ceil(cfg.RateLimit)))
-		}
+		burst = cmp.Or(burst, max(1, int(math.Ceil(cfg.RateLimit))))
 		s.limiters = newLimiters(cfg.RateLimit, burst)
 	}
 	// The gRPC server is built by Run: with NumStreamWorkers, building it

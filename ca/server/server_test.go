@@ -213,7 +213,7 @@ func TestCreateCertificateErrors(t *testing.T) {
 			}
 		})
 	}
-	if got := counterValue(t, e.reg, "meshid_ca_requests_total", "code", "Unauthenticated"); got != 6 {
+	if got := testkit.Metric(t, e.reg, "meshid_ca_requests_total", "code", "Unauthenticated"); got != 6 {
 		t.Fatalf("meshid_ca_requests_total{code=Unauthenticated} = %v, want 6", got)
 	}
 }

@@ -1,6 +1,7 @@
 package devissuer
 
 import (
+	"cmp"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -83,9 +84,7 @@ func LoadOrCreate(dir string, issuer string) (*Issuer, error) {
 // New returns an in-memory Issuer that signs with key (ECDSA P-256/P-384,
 // RSA or Ed25519). An empty issuer means DefaultIssuer.
 func New(key crypto.Signer, issuer string) (*Issuer, error) {
-	if issuer == "" {
-		issuer = DefaultIssuer
-	}
+	issuer = cmp.Or(issuer, DefaultIssuer)
 	alg, err := algorithmFor(key)
 	if err != nil {
 		return nil, err

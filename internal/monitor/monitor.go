@@ -122,8 +122,12 @@ func (s *Server) Listen() error {
 	return nil
 }
 
-// Addr returns the bound address, or nil before Listen.
+// Addr returns the bound address, or nil before Listen or on a nil Server
+// (monitoring disabled).
 func (s *Server) Addr() net.Addr {
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ln == nil {
@@ -154,4 +158,22 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	<-errc
 	return nil
+}
+
+// Registry returns a component's metrics registry with its defaults: when
+// reg is nil, a new registry serves as both reg and g; when g is nil, reg
+// serves as g if it is one. ok is false when no Gatherer results, so
+// that /metrics could not be served.
+func Registry(reg prometheus.Registerer, g prometheus.Gatherer) (_ prometheus.Registerer, _ prometheus.Gatherer, ok bool) {
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg = r
+		if g == nil {
+			g = r
+		}
+	}
+	if g == nil {
+		g, _ = reg.(prometheus.Gatherer)
+	}
+	return reg, g, g != nil
 }

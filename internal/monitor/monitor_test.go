@@ -104,3 +104,31 @@ func TestDebugEndpointsLoopbackOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// registererOnly is a Registerer that is not a Gatherer.
+type registererOnly struct{ prometheus.Registerer }
+
+func TestRegistryDefaults(t *testing.T) {
+	reg, g, ok := monitor.Registry(nil, nil)
+	if !ok || reg == nil || g == nil || reg.(*prometheus.Registry) != g.(*prometheus.Registry) {
+		t.Fatalf("Registry(nil, nil) = %v, %v, %v; want one new registry as both", reg, g, ok)
+	}
+	given := prometheus.NewRegistry()
+	if reg, g, ok := monitor.Registry(given, nil); !ok || reg != given || g != given {
+		t.Fatalf("Registry(reg, nil) = %v, %v, %v; want reg as both", reg, g, ok)
+	}
+	other := prometheus.NewRegistry()
+	if reg, g, ok := monitor.Registry(nil, other); !ok || g != other || reg == prometheus.Registerer(other) {
+		t.Fatalf("Registry(nil, g) = %v, %v, %v; want a new Registerer and g kept", reg, g, ok)
+	}
+	if _, g, ok := monitor.Registry(registererOnly{given}, nil); ok || g != nil {
+		t.Fatalf("Registry(non-Gatherer, nil) = %v, %v; want no Gatherer", g, ok)
+	}
+}
+
+func TestNilServerHasNoAddr(t *testing.T) {
+	var s *monitor.Server
+	if a := s.Addr(); a != nil {
+		t.Fatalf("nil Server Addr = %v, want nil", a)
+	}
+}

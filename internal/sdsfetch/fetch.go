@@ -1,6 +1,7 @@
 package sdsfetch
 
 import (
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/x509"
@@ -80,9 +81,7 @@ func Fetch(ctx context.Context, cfg Config) ([]*Secret, error) {
 		timeout = DefaultTimeout
 	}
 	node := cfg.NodeID
-	if node == "" {
-		node = "meshid-inspect"
-	}
+	node = cmp.Or(node, "meshid-inspect")
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

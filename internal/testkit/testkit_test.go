@@ -149,3 +149,11 @@ func TestServeUnix(t *testing.T) {
 		t.Fatalf("Check = %v, %v", resp, err)
 	}
 }
+
+func TestGoDeliversResults(t *testing.T) {
+	want := errors.New("boom")
+	r := <-testkit.Go(func() (int, error) { return 7, want })
+	if r.Value != 7 || r.Err != want {
+		t.Fatalf("Go result = %+v, want {7 boom}", r)
+	}
+}

@@ -191,10 +191,7 @@ func (a *Agent) Ready() error { return a.cache.Ready() }
 // MonitoringAddr is the bound monitoring address, or nil before Listen or
 // when monitoring is disabled.
 func (a *Agent) MonitoringAddr() net.Addr {
-	if a.monitor == nil {
-		return nil
-	}
-	return a.monitor.Addr()
+	return a.monitor.Addr() // nil when disabled
 }
 
 // Listen creates the SDS socket and binds the monitoring address, so that

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/monitor"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -95,30 +97,16 @@ type Config struct {
 
 // withDefaults returns cfg with defaults applied, or why it is invalid.
 func (cfg Config) withDefaults() (Config, error) {
-	if cfg.CAAddr == "" {
-		cfg.CAAddr = DefaultCAAddr
-	}
-	if cfg.TokenFile == "" {
-		cfg.TokenFile = DefaultTokenFile
-	}
-	if cfg.SDSSocket == "" {
-		cfg.SDSSocket = DefaultSDSSocket
-	}
-	if cfg.CertTTL == 0 {
-		cfg.CertTTL = DefaultCertTTL
-	}
+	cfg.CAAddr = cmp.Or(cfg.CAAddr, DefaultCAAddr)
+	cfg.TokenFile = cmp.Or(cfg.TokenFile, DefaultTokenFile)
+	cfg.SDSSocket = cmp.Or(cfg.SDSSocket, DefaultSDSSocket)
+	cfg.CertTTL = cmp.Or(cfg.CertTTL, DefaultCertTTL)
 	if cfg.CertTTL < 0 {
 		return cfg, errors.New("agent: negative certificate TTL")
 	}
-	if cfg.GraceRatio == 0 {
-		cfg.GraceRatio = DefaultGraceRatio
-	}
-	if cfg.Jitter == 0 {
-		cfg.Jitter = DefaultJitter
-	}
-	if cfg.KeyType == "" {
-		cfg.KeyType = DefaultKeyType
-	}
+	cfg.GraceRatio = cmp.Or(cfg.GraceRatio, DefaultGraceRatio)
+	cfg.Jitter = cmp.Or(cfg.Jitter, DefaultJitter)
+	cfg.KeyType = cmp.Or(cfg.KeyType, DefaultKeyType)
 	if _, err := certs.ParseKeyType(string(cfg.KeyType)); err != nil {
 		return cfg, fmt.Errorf("agent: key type: %w", err)
 	}
@@ -134,19 +122,10 @@ func (cfg Config) withDefaults() (Config, error) {
 
 // withMetrics returns cfg with its Registerer and Gatherer defaults.
 func (cfg Config) withMetrics() (Config, error) {
-	if cfg.Registerer == nil {
-		reg := prometheus.NewRegistry()
-		cfg.Registerer = reg
-		if cfg.Gatherer == nil {
-			cfg.Gatherer = reg
-		}
-	}
-	if cfg.Gatherer == nil {
-		g, ok := cfg.Registerer.(prometheus.Gatherer)
-		if !ok && cfg.MonitoringListen != "" {
-			return cfg, errors.New("agent: monitoring needs a Gatherer")
-		}
-		cfg.Gatherer = g
+	var ok bool
+	cfg.Registerer, cfg.Gatherer, ok = monitor.Registry(cfg.Registerer, cfg.Gatherer)
+	if !ok && cfg.MonitoringListen != "" {
+		return cfg, errors.New("agent: monitoring needs a Gatherer")
 	}
 	return cfg, nil
 }

@@ -1,6 +1,7 @@
 package caclient
 
 import (
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/tls"
@@ -110,9 +111,7 @@ func New(cfg Config) (*Client, error) {
 		clock:     clock.OrReal(cfg.Clock),
 		log:       cfg.Logger,
 	}
-	if c.timeout == 0 {
-		c.timeout = DefaultTimeout
-	}
+	c.timeout = cmp.Or(c.timeout, DefaultTimeout)
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshid/meshid/internal/metric"
 )
 
 type metrics struct {
@@ -13,23 +15,15 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "meshid_agent_ca_request_duration_seconds",
-			Help:    "Latency of CreateCertificate calls, successful or not.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15), // 1ms .. 16s
-		}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshid_agent_ca_request_failures_total",
-			Help: "Failed CreateCertificate calls by gRPC code (invalid_response: answer refused; token_file: token unreadable).",
-		}, []string{"code"}),
+		duration: metric.Histogram("meshid_agent_ca_request_duration_seconds",
+			"Latency of CreateCertificate calls, successful or not.",
+			prometheus.ExponentialBuckets(0.001, 2, 15)), // 1ms .. 16s
+		failures: metric.CounterVec("meshid_agent_ca_request_failures_total",
+			"Failed CreateCertificate calls by gRPC code (invalid_response: answer refused; token_file: token unreadable).",
+			"code"),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.duration, m.failures} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("caclient: register metrics: %w", err)
-		}
+	if err := metric.Register(reg, m.duration, m.failures); err != nil {
+		return nil, fmt.Errorf("caclient: register metrics: %w", err)
 	}
 	return m, nil
 }

@@ -1,6 +1,7 @@
 package secretcache
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -129,9 +130,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, errors.New("secretcache: Config.ID is required")
 	}
 	kt := cfg.KeyType
-	if kt == "" {
-		kt = certs.ECP256
-	}
+	kt = cmp.Or(kt, certs.ECP256)
 	switch kt {
 	case certs.ECP256, certs.ECP384, certs.RSA2048, certs.RSA3072, certs.RSA4096:
 	default:
@@ -176,12 +175,8 @@ func New(cfg Config) (*Manager, error) {
 		wantFiles:   make(chan struct{}, 1),
 		topics:      map[string]*topic{},
 	}
-	if m.maxFileSize == 0 {
-		m.maxFileSize = DefaultMaxFileSecretSize
-	}
-	if m.grace == 0 {
-		m.grace = DefaultGraceRatio
-	}
+	m.maxFileSize = cmp.Or(m.maxFileSize, DefaultMaxFileSecretSize)
+	m.grace = cmp.Or(m.grace, DefaultGraceRatio)
 	switch {
 	case m.jitter == 0:
 		m.jitter = DefaultJitter

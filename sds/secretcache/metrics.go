@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshid/meshid/internal/metric"
 	"github.com/meshid/meshid/sds/caclient"
 )
 
@@ -19,44 +20,32 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer, m *Manager) (*metrics, error) {
 	met := &metrics{
-		rotations: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meshid_agent_rotations_total",
-			Help: "Workload certificates obtained from the CA and installed (the first one and every renewal).",
-		}),
-		caFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshid_agent_ca_failures_total",
-			Help: "Failed attempts to obtain a workload certificate, by gRPC code (invalid_response for refused answers).",
-		}, []string{"code"}),
-		fileFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meshid_agent_file_secret_failures_total",
-			Help: "File-mounted secrets that could not be (re)loaded or watched; the last good content stays served.",
-		}),
-		pushes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meshid_agent_secret_notifications_total",
-			Help: "Watch callbacks called for changed secrets.",
-		}),
-		expirySeconds: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "meshid_agent_cert_expiry_seconds",
-			Help: "Seconds until the workload certificate expires (negative once expired, 0 before the first one).",
-		}, func() float64 {
-			s := m.cert.Load()
-			if s == nil {
-				return 0
-			}
-			return s.NotAfter.Sub(m.clock.Now()).Seconds()
-		}),
+		rotations: metric.Counter("meshid_agent_rotations_total",
+			"Workload certificates obtained from the CA and installed (the first one and every renewal)."),
+		caFailures: metric.CounterVec("meshid_agent_ca_failures_total",
+			"Failed attempts to obtain a workload certificate, by gRPC code (invalid_response for refused answers).",
+			"code"),
+		fileFailures: metric.Counter("meshid_agent_file_secret_failures_total",
+			"File-mounted secrets that could not be (re)loaded or watched; the last good content stays served."),
+		pushes: metric.Counter("meshid_agent_secret_notifications_total",
+			"Watch callbacks called for changed secrets."),
+		expirySeconds: metric.GaugeFunc("meshid_agent_cert_expiry_seconds",
+			"Seconds until the workload certificate expires (negative once expired, 0 before the first one).",
+			func() float64 {
+				s := m.cert.Load()
+				if s == nil {
+					return 0
+				}
+				return s.NotAfter.Sub(m.clock.Now()).Seconds()
+			}),
 	}
-	if reg == nil {
-		return met, nil
-	}
-	for _, c := range []prometheus.Collector{met.rotations, met.caFailures, met.fileFailures, met.pushes, met.expirySeconds} {
-		if err := reg.Register(c); err != nil {
-			var already prometheus.AlreadyRegisteredError
-			if errors.As(err, &already) {
-				return nil, fmt.Errorf("secretcache: metrics already registered (one Manager per registry): %w", err)
-			}
-			return nil, fmt.Errorf("secretcache: register metrics: %w", err)
-		}
+	err := metric.Register(reg, met.rotations, met.caFailures, met.fileFailures, met.pushes, met.expirySeconds)
+	var already prometheus.AlreadyRegisteredError
+	switch {
+	case errors.As(err, &already):
+		return nil, fmt.Errorf("secretcache: metrics already registered (one Manager per registry): %w", err)
+	case err != nil:
+		return nil, fmt.Errorf("secretcache: register metrics: %w", err)
 	}
 	return met, nil
 }

@@ -135,21 +135,5 @@ func (s *caServer) client(t *testing.T, ns, sa string) *caclient.Client {
 // requests reads meshid_ca_requests_total{code}.
 func (s *caServer) requests(t *testing.T, code string) float64 {
 	t.Helper()
-	mfs, err := s.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "meshid_ca_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "code" && l.GetValue() == code {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return testkit.Metric(t, s.reg, "meshid_ca_requests_total", "code", code)
 }

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 
@@ -80,21 +81,11 @@ func New(cfg Config) (*Clients, error) {
 	if cfg.Burst < 0 || cfg.ControllerBurst < 0 {
 		return nil, fmt.Errorf("client: negative burst (%d, controllers %d)", cfg.Burst, cfg.ControllerBurst)
 	}
-	if cfg.QPS == 0 {
-		cfg.QPS = DefaultQPS
-	}
-	if cfg.Burst == 0 {
-		cfg.Burst = DefaultBurst
-	}
-	if cfg.ControllerQPS == 0 {
-		cfg.ControllerQPS = DefaultControllerQPS
-	}
-	if cfg.ControllerBurst == 0 {
-		cfg.ControllerBurst = DefaultControllerBurst
-	}
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = DefaultUserAgent
-	}
+	cfg.QPS = cmp.Or(cfg.QPS, DefaultQPS)
+	cfg.Burst = cmp.Or(cfg.Burst, DefaultBurst)
+	cfg.ControllerQPS = cmp.Or(cfg.ControllerQPS, DefaultControllerQPS)
+	cfg.ControllerBurst = cmp.Or(cfg.ControllerBurst, DefaultControllerBurst)
+	cfg.UserAgent = cmp.Or(cfg.UserAgent, DefaultUserAgent)
 	// client-go's token bucket cannot hold more than burst at once; a QPS
 	// above the burst would be a bucket that refills faster than it holds.
 	if float32(cfg.Burst) < cfg.QPS || float32(cfg.ControllerBurst) < cfg.ControllerQPS {

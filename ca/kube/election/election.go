@@ -1,6 +1,7 @@
 package election
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,18 +67,10 @@ func New(cfg Config) (*Elector, error) {
 	case cfg.Lead == nil:
 		return nil, errors.New("election: Lead is required")
 	}
-	if cfg.LeaseName == "" {
-		cfg.LeaseName = DefaultLeaseName
-	}
-	if cfg.LeaseDuration == 0 {
-		cfg.LeaseDuration = DefaultLeaseDuration
-	}
-	if cfg.RenewDeadline == 0 {
-		cfg.RenewDeadline = DefaultRenewDeadline
-	}
-	if cfg.RetryPeriod == 0 {
-		cfg.RetryPeriod = DefaultRetryPeriod
-	}
+	cfg.LeaseName = cmp.Or(cfg.LeaseName, DefaultLeaseName)
+	cfg.LeaseDuration = cmp.Or(cfg.LeaseDuration, DefaultLeaseDuration)
+	cfg.RenewDeadline = cmp.Or(cfg.RenewDeadline, DefaultRenewDeadline)
+	cfg.RetryPeriod = cmp.Or(cfg.RetryPeriod, DefaultRetryPeriod)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

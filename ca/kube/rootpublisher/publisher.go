@@ -2,6 +2,7 @@ package rootpublisher
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/metric"
 )
 
 // Defaults, Istio's names.
@@ -111,12 +113,8 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("rootpublisher: Client is required")
 	}
-	if cfg.ConfigMapName == "" {
-		cfg.ConfigMapName = DefaultConfigMapName
-	}
-	if cfg.Key == "" {
-		cfg.Key = DefaultKey
-	}
+	cfg.ConfigMapName = cmp.Or(cfg.ConfigMapName, DefaultConfigMapName)
+	cfg.Key = cmp.Or(cfg.Key, DefaultKey)
 	if cfg.Workers <= 0 {
 		cfg.Workers = 2
 	}
@@ -142,28 +140,16 @@ func New(cfg Config) (*Publisher, error) {
 		clock:    clock.OrReal(cfg.Clock),
 		failures: map[string]*failure{},
 		log:      log.With("component", "rootpublisher", "configmap", cfg.ConfigMapName),
-		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshid_ca_root_configmap_writes_total",
-			Help: "Writes of the root ConfigMap, by operation (create or update).",
-		}, []string{"op"}),
-		errs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meshid_ca_root_configmap_errors_total",
-			Help: "Failed reconciles of the root ConfigMap (each is retried with backoff).",
-		}),
-		failing: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "meshid_ca_root_configmap_failing_namespaces",
-			Help: "Namespaces whose last reconcile of the root ConfigMap failed (0 on a replica that is not publishing).",
-		}),
+		writes: metric.CounterVec("meshid_ca_root_configmap_writes_total",
+			"Writes of the root ConfigMap, by operation (create or update).",
+			"op", "create", "update"), // exported as 0 before the first write
+		errs: metric.Counter("meshid_ca_root_configmap_errors_total",
+			"Failed reconciles of the root ConfigMap (each is retried with backoff)."),
+		failing: metric.Gauge("meshid_ca_root_configmap_failing_namespaces",
+			"Namespaces whose last reconcile of the root ConfigMap failed (0 on a replica that is not publishing)."),
 	}
-	for _, op := range []string{"create", "update"} {
-		p.writes.WithLabelValues(op) // exported as 0 before the first write
-	}
-	if r := cfg.Registerer; r != nil {
-		for _, c := range []prometheus.Collector{p.writes, p.errs, p.failing} {
-			if err := r.Register(c); err != nil {
-				return nil, fmt.Errorf("rootpublisher: register metrics: %w", err)
-			}
-		}
+	if err := metric.Register(cfg.Registerer, p.writes, p.errs, p.failing); err != nil {
+		return nil, fmt.Errorf("rootpublisher: register metrics: %w", err)
 	}
 	return p, nil
 }

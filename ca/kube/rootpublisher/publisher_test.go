@@ -151,7 +151,10 @@ func TestNamespaceSelector(t *testing.T) {
 		h.waitPublished("kube-system", rootA)
 		h.waitPublished("app", rootA)
 	})
-	t.Run("by label", func(t *testing.T) {
+	// byLabel runs a publisher for meshed namespaces, with one worker
+	// (FIFO: "meshed" is reconciled after "plain"), once it has published
+	// to "meshed".
+	byLabel := func(t *testing.T) *harness {
 		sel, err := labels.Parse("istio-injection=enabled")
 		if err != nil {
 			t.Fatal(err)
@@ -161,6 +164,10 @@ func TestNamespaceSelector(t *testing.T) {
 		h.pub.SetRoots([]*x509.Certificate{rootA})
 		h.run()
 		h.waitPublished("meshed", rootA)
+		return h
+	}
+	t.Run("by label", func(t *testing.T) {
+		h := byLabel(t)
 		// A namespace labelled later is published to.
 		ns, err := h.client.CoreV1().Namespaces().Get(context.Background(), "plain", metav1.GetOptions{})
 		if err != nil {
@@ -173,16 +180,7 @@ func TestNamespaceSelector(t *testing.T) {
 		h.waitPublished("plain", rootA)
 	})
 	t.Run("deselected", func(t *testing.T) {
-		sel, err := labels.Parse("istio-injection=enabled")
-		if err != nil {
-			t.Fatal(err)
-		}
-		// One worker, FIFO: "meshed" is reconciled after "plain".
-		h := newHarnessWith(t, func(c *rootpublisher.Config) { c.Namespaces = sel; c.Workers = 1 },
-			namespace("plain"), meshed.DeepCopy())
-		h.pub.SetRoots([]*x509.Certificate{rootA})
-		h.run()
-		h.waitPublished("meshed", rootA)
+		h := byLabel(t)
 		if h.configMap("plain") != nil {
 			t.Error("published to a namespace the selector leaves out")
 		}

@@ -1,6 +1,7 @@
 package secretstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -23,6 +24,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/metric"
 )
 
 // Names and type of the Secrets, following Istio (istio-ca-secret, cacerts).
@@ -96,12 +98,8 @@ func New(cfg Config) (*Store, error) {
 	case cfg.TrustDomain == "":
 		return nil, errors.New("secretstore: TrustDomain is required")
 	}
-	if cfg.SecretName == "" {
-		cfg.SecretName = DefaultSecretName
-	}
-	if cfg.PluggedSecretName == "" {
-		cfg.PluggedSecretName = DefaultPluggedSecretName
-	}
+	cfg.SecretName = cmp.Or(cfg.SecretName, DefaultSecretName)
+	cfg.PluggedSecretName = cmp.Or(cfg.PluggedSecretName, DefaultPluggedSecretName)
 	if cfg.SecretName == cfg.PluggedSecretName {
 		return nil, fmt.Errorf("secretstore: SecretName and PluggedSecretName are both %q", cfg.SecretName)
 	}
@@ -123,17 +121,11 @@ func New(cfg Config) (*Store, error) {
 			Name: "meshid_ca_secret_loads_total",
 			Help: "CA Secret contents seen, by Secret and result (loaded or invalid).",
 		}, []string{"secret", "result"}),
-		creates: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meshid_ca_secret_creations_total",
-			Help: "Self-signed root Secrets created by this replica.",
-		}),
+		creates: metric.Counter("meshid_ca_secret_creations_total",
+			"Self-signed root Secrets created by this replica."),
 	}
-	if r := cfg.Registerer; r != nil {
-		for _, c := range []prometheus.Collector{s.loads, s.creates} {
-			if err := r.Register(c); err != nil {
-				return nil, fmt.Errorf("secretstore: register metrics: %w", err)
-			}
-		}
+	if err := metric.Register(cfg.Registerer, s.loads, s.creates); err != nil {
+		return nil, fmt.Errorf("secretstore: register metrics: %w", err)
 	}
 	return s, nil
 }

@@ -1,6 +1,7 @@
 package caload
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,9 +124,7 @@ func New(cfg Config) (*Loader, error) {
 			return nil, fmt.Errorf("caload: identity %d has no SPIFFE ID", i)
 		}
 	}
-	if cfg.KeyType == "" {
-		cfg.KeyType = certs.ECP256
-	}
+	cfg.KeyType = cmp.Or(cfg.KeyType, certs.ECP256)
 	if _, err := certs.ParseKeyType(string(cfg.KeyType)); err != nil {
 		return nil, fmt.Errorf("caload: %w", err)
 	}
@@ -138,15 +137,9 @@ func New(cfg Config) (*Loader, error) {
 	if cfg.Requests < 0 || cfg.Duration < 0 || cfg.TTL < 0 || cfg.Timeout < 0 || cfg.ProgressInterval < 0 {
 		return nil, errors.New("caload: requests, duration, ttl, timeout and progress interval must not be negative")
 	}
-	if cfg.Duration == 0 {
-		cfg.Duration = DefaultDuration
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.ProgressInterval == 0 {
-		cfg.ProgressInterval = DefaultProgressInterval
-	}
+	cfg.Duration = cmp.Or(cfg.Duration, DefaultDuration)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.ProgressInterval = cmp.Or(cfg.ProgressInterval, DefaultProgressInterval)
 	l := &Loader{cfg: cfg, clock: clock.OrReal(cfg.Clock), log: cfg.Logger}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)

@@ -23,6 +23,7 @@ import (
 	"github.com/meshid/meshid/internal/bench/caload"
 	"github.com/meshid/meshid/internal/bench/latency"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // fakeCA answers like a CA: it parses the CSR and checks that its SPIFFE ID
@@ -210,15 +211,7 @@ func TestRunForDurationWithProgress(t *testing.T) {
 	if err := l.Prepare(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		rep *caload.Report
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		rep, err := l.Run(context.Background())
-		done <- result{rep, err}
-	}()
+	done := testkit.Go(func() (*caload.Report, error) { return l.Run(context.Background()) })
 	stop := make(chan struct{})
 	defer close(stop)
 	for i := 1; i <= 2; i++ {
@@ -232,14 +225,14 @@ func TestRunForDurationWithProgress(t *testing.T) {
 	clk.WaitForWaiters(2, stop)
 	clk.Add(time.Second) // the duration ends
 	res := <-done
-	if res.err != nil {
-		t.Fatal(res.err)
+	if res.Err != nil {
+		t.Fatal(res.Err)
 	}
-	if res.rep.Requests == 0 || res.rep.OK != res.rep.Requests || len(res.rep.Errors) != 0 {
-		t.Errorf("report = %+v", res.rep)
+	if res.Value.Requests == 0 || res.Value.OK != res.Value.Requests || len(res.Value.Errors) != 0 {
+		t.Errorf("report = %+v", res.Value)
 	}
-	if res.rep.Elapsed < 3*time.Second {
-		t.Errorf("elapsed = %v, want >= 3s", res.rep.Elapsed)
+	if res.Value.Elapsed < 3*time.Second {
+		t.Errorf("elapsed = %v, want >= 3s", res.Value.Elapsed)
 	}
 }
 

@@ -2,6 +2,7 @@ package chart
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -174,9 +175,7 @@ func (c Chart) plot() (*plot.Plot, error) {
 		bound.Color = plotutil.Color(len(c.Series))
 		p.Add(bound)
 		name := c.BoundName
-		if name == "" {
-			name = "bound"
-		}
+		name = cmp.Or(name, "bound")
 		p.Legend.Add(fmt.Sprintf("%s (%.0f/s)", name, c.Bound), bound)
 	}
 	return p, nil

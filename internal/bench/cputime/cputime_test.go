@@ -36,3 +36,14 @@ func TestProcessErrors(t *testing.T) {
 		t.Fatal("no error for pid -1")
 	}
 }
+
+func TestRusageGrowsWithWork(t *testing.T) {
+	before := cputime.Rusage()
+	sum := sha256.Sum256(nil)
+	for start := time.Now(); time.Since(start) < 50*time.Millisecond; {
+		sum = sha256.Sum256(sum[:])
+	}
+	if after := cputime.Rusage(); after <= before {
+		t.Fatalf("Rusage went from %v to %v over 50ms of hashing", before, after)
+	}
+}

@@ -1,6 +1,7 @@
 package cryptobound
 
 import (
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/rand"
@@ -61,21 +62,15 @@ type Result struct {
 // Measure runs CSR signature checks and CA signatures in pairs on Workers
 // goroutines for Duration and returns the rate of pairs per second.
 func Measure(ctx context.Context, cfg Config) (*Result, error) {
-	if cfg.LeafKeyType == "" {
-		cfg.LeafKeyType = certs.ECP256
-	}
-	if cfg.CAKeyType == "" {
-		cfg.CAKeyType = certs.ECP256
-	}
+	cfg.LeafKeyType = cmp.Or(cfg.LeafKeyType, certs.ECP256)
+	cfg.CAKeyType = cmp.Or(cfg.CAKeyType, certs.ECP256)
 	if cfg.Workers < 0 || cfg.Duration < 0 {
 		return nil, errors.New("cryptobound: workers and duration must not be negative")
 	}
 	if cfg.Workers == 0 {
 		cfg.Workers = runtime.GOMAXPROCS(0)
 	}
-	if cfg.Duration == 0 {
-		cfg.Duration = DefaultDuration
-	}
+	cfg.Duration = cmp.Or(cfg.Duration, DefaultDuration)
 	clk := clock.OrReal(cfg.Clock)
 
 	leafKey, err := certs.GenerateKey(cfg.LeafKeyType)

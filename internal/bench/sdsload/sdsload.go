@@ -1,6 +1,7 @@
 package sdsload
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -117,21 +118,11 @@ func New(cfg Config) (*Loader, error) {
 	if cfg.StreamsPerConn < 0 || cfg.OpenConcurrency < 0 || cfg.Timeout < 0 || cfg.ProgressInterval < 0 || cfg.PID < 0 {
 		return nil, errors.New("sdsload: streams per connection, open concurrency, timeout, progress interval and pid must not be negative")
 	}
-	if cfg.StreamsPerConn == 0 {
-		cfg.StreamsPerConn = DefaultStreamsPerConn
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.ProgressInterval == 0 {
-		cfg.ProgressInterval = DefaultProgressInterval
-	}
-	if cfg.NodeID == "" {
-		cfg.NodeID = DefaultNodeID
-	}
-	if cfg.CertResource == "" {
-		cfg.CertResource = DefaultCertResource
-	}
+	cfg.StreamsPerConn = cmp.Or(cfg.StreamsPerConn, DefaultStreamsPerConn)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.ProgressInterval = cmp.Or(cfg.ProgressInterval, DefaultProgressInterval)
+	cfg.NodeID = cmp.Or(cfg.NodeID, DefaultNodeID)
+	cfg.CertResource = cmp.Or(cfg.CertResource, DefaultCertResource)
 	names := cfg.Resources
 	if len(names) == 0 {
 		names = []string{DefaultCertResource, DefaultRootResource}

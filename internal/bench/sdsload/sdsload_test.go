@@ -233,25 +233,17 @@ func TestRunTimesOutWhenAResourceNeverComes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		rep *sdsload.Report
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		rep, err := l.Run(context.Background())
-		done <- result{rep, err}
-	}()
+	done := testkit.Go(func() (*sdsload.Report, error) { return l.Run(context.Background()) })
 	stop := make(chan struct{})
 	defer close(stop)
 	clk.WaitForWaiters(1, stop) // Run waits for the streams
 	clk.Add(time.Minute)
 	res := <-done
-	if res.err == nil || !strings.Contains(res.err.Error(), "timed out after 1m0s") {
-		t.Fatalf("err = %v, want a time-out", res.err)
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "timed out after 1m0s") {
+		t.Fatalf("err = %v, want a time-out", res.Err)
 	}
-	if res.rep == nil || res.rep.Ready != 0 || res.rep.Streams != 3 || res.rep.Failed != 0 {
-		t.Errorf("report = %+v", res.rep)
+	if res.Value == nil || res.Value.Ready != 0 || res.Value.Streams != 3 || res.Value.Failed != 0 {
+		t.Errorf("report = %+v", res.Value)
 	}
 }
 

@@ -34,13 +34,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(tmp)
 	binDir = tmp
-	bin, err := harness.EnsureBinaries()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	c, err := harness.New(harness.Config{
-		BinDir: bin,
+	c, err := harness.Boot(ctx, harness.Config{
 		// istio-ca is an API audience so that the static user's token
 		// passes the API server's own review: the CA's check that the
 		// caller is a service account is then what rejects it.
@@ -53,10 +47,6 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer c.Stop()
-	if err := c.Start(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	fmt.Fprintf(os.Stderr, "e2e: cluster ready at %s in %s\n", c.Host(), time.Since(start).Round(time.Millisecond))
 	cluster = c
 	return m.Run()

@@ -254,6 +254,26 @@ func (c *Cluster) Start(ctx context.Context) error {
 	return c.StartAPIServer(ctx)
 }
 
+// Boot finds or builds the binaries (EnsureBinaries), then creates and
+// starts a cluster with cfg, its BinDir set to them: what a TestMain does
+// first. The caller stops the cluster; one that fails to start is stopped.
+func Boot(ctx context.Context, cfg Config) (*Cluster, error) {
+	bin, err := EnsureBinaries()
+	if err != nil {
+		return nil, err
+	}
+	cfg.BinDir = bin
+	c, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Start(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
 // StartAPIServer (re)starts the API server on the same port and waits
 // until it is ready.
 func (c *Cluster) StartAPIServer(ctx context.Context) error {

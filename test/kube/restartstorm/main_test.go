@@ -33,13 +33,7 @@ func TestMain(m *testing.M) { os.Exit(run(m)) }
 func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	bin, err := harness.EnsureBinaries()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	c, err := harness.New(harness.Config{
-		BinDir: bin,
+	c, err := harness.Boot(ctx, harness.Config{
 		// APF on, as in every real cluster (the harness default turns it
 		// off): the FlowSchema is what classifies the CA's reviews.
 		ExtraArgs: []string{"--enable-priority-and-fairness=true"},
@@ -50,10 +44,6 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer c.Stop()
-	if err := c.Start(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	cluster = c
 	if err := setup(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,0 +1,7 @@
+package ca_test
+
+import "github.com/meshid/meshid/internal/bench/cputime"
+
+// processCPU is the CPU time the test process has used; benchmarks report
+// it per certificate besides wall-clock throughput.
+var processCPU = cputime.Rusage

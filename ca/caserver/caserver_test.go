@@ -5,9 +5,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/ca/caserver"
@@ -121,5 +123,16 @@ func TestConfigErrors(t *testing.T) {
 				t.Fatal("New accepted it")
 			}
 		})
+	}
+}
+
+// TestBuildInfoGauge: the CA registers meshid_build_info (1) on its registry.
+func TestBuildInfoGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := caserver.New(caserver.Config{StateDir: t.TempDir(), Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.Metric(t, reg, "meshid_build_info", "goversion", runtime.Version()); v != 1 {
+		t.Fatalf("meshid_build_info = %v", v)
 	}
 }

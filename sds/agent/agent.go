@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/buildinfo"
 	"github.com/meshid/meshid/internal/monitor"
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/caclient"
@@ -38,6 +39,9 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	if cfg, err = cfg.withMetrics(); err != nil {
+		return nil, err
+	}
+	if err := buildinfo.Register(cfg.Registerer); err != nil {
 		return nil, err
 	}
 	id, err := identity(cfg)

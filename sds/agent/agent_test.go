@@ -9,10 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/ca/caserver"
@@ -292,5 +294,19 @@ func TestLean(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestBuildInfoGauge: the agent registers meshid_build_info (1) on its registry.
+func TestBuildInfoGauge(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.config()
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	if _, err := agent.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.Metric(t, reg, "meshid_build_info", "goversion", runtime.Version()); v != 1 {
+		t.Fatalf("meshid_build_info = %v", v)
 	}
 }

@@ -10,10 +10,17 @@ PKGS     := ./...
 
 all: build
 
-## build: the full CLI (bin/meshid) and the lean sidecar agent (bin/meshid-agent).
+## build: the full CLI (bin/meshid) and the lean sidecar agent (bin/meshid-agent),
+## stamped from git with the version, commit and build date that
+## `meshid version` and meshid_build_info show.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
+DATE     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+BUILDPKG := github.com/meshid/meshid/internal/buildinfo
+LDFLAGS  := -X $(BUILDPKG).version=$(VERSION) -X $(BUILDPKG).commit=$(COMMIT) -X $(BUILDPKG).date=$(DATE)
 build:
-	$(GO) build -o $(BIN) ./cmd/meshid
-	$(GO) build -o $(AGENTBIN) ./cmd/meshid-agent
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/meshid
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(AGENTBIN) ./cmd/meshid-agent
 
 ## run: the CA and the agent together on the embedded default (no cluster).
 run: build

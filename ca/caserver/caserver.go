@@ -17,6 +17,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/internal/buildinfo"
 	"github.com/meshid/meshid/internal/monitor"
 )
 
@@ -44,6 +45,9 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if err := buildinfo.Register(cfg.Registerer); err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger}

@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/ca/caserver"
@@ -235,5 +237,16 @@ func TestCADirFollowsChanges(t *testing.T) {
 	logs.WaitFor(t, "CA directory update refused", 1)
 	if !s.Authority().Bundle().Cert.Equal(second.Cert) {
 		t.Fatal("a broken directory replaced the CA")
+	}
+}
+
+// TestBuildInfoGauge: the CA registers meshid_build_info (1) on its registry.
+func TestBuildInfoGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := caserver.New(caserver.Config{StateDir: t.TempDir(), Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.Metric(t, reg, "meshid_build_info", "goversion", runtime.Version()); v != 1 {
+		t.Fatalf("meshid_build_info = %v", v)
 	}
 }

@@ -26,5 +26,6 @@ func newCmd(run cli.AgentRun) *cobra.Command {
 	cmd := cli.AgentCommand("meshid-agent", run)
 	cmd.SilenceUsage = true
 	cmd.SilenceErrors = true
+	cli.SetVersion(cmd)
 	return cmd
 }

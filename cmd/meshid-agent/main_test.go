@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,5 +32,35 @@ func TestFlagsAndEnv(t *testing.T) {
 	cmd.SetArgs([]string{"extra"})
 	if err := cmd.Execute(); err == nil {
 		t.Fatal("an argument was accepted")
+	}
+}
+
+func TestVersionAndLogFormat(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		var out bytes.Buffer
+		cmd := newCmd(func(context.Context, agent.Config) error { return nil })
+		cmd.SetArgs(args)
+		cmd.SetOut(&out)
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		if s := out.String(); !strings.HasPrefix(s, "meshid-agent ") || !strings.Contains(s, runtime.Version()) {
+			t.Fatalf("%v: %q", args, s)
+		}
+	}
+	var errb bytes.Buffer
+	cmd := newCmd(func(_ context.Context, cfg agent.Config) error { cfg.Logger.Info("hello"); return nil })
+	cmd.SetArgs([]string{"--log-format", "json"})
+	cmd.SetErr(&errb)
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(errb.Bytes(), &m); err != nil || m["msg"] != "hello" {
+		t.Fatalf("%q: %v", errb.String(), err)
+	}
+	cmd.SetArgs([]string{"--log-format", "yaml"})
+	if err := cmd.Execute(); err == nil {
+		t.Fatal("--log-format yaml accepted")
 	}
 }

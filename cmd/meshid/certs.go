@@ -196,37 +196,13 @@ func runCertsIntermediate(cmd *cobra.Command, f *certsIntermediateFlags) error {
 	if err != nil {
 		return err
 	}
-	notBefore := now.Add(-caBackdate)
-	if notBefore.Before(root.NotBefore) {
-		notBefore = root.NotBefore
+	notBefore, ttl, err := intermediateValidity(cmd, f, root, now)
+	if err != nil {
+		return err
 	}
-	ttl := time.Duration(f.ttl)
-	if end := notBefore.Add(ttl); end.After(root.NotAfter) {
-		switch {
-		case !cmd.Flags().Changed("ttl"):
-			ttl = root.NotAfter.Sub(notBefore) // the default never outlives the root
-		case !f.allowOutlive:
-			return fmt.Errorf("certs intermediate: --ttl %s would end at %s, after the root expires at %s; shorten --ttl or pass --allow-outlive",
-				ttl, end.Format(time.RFC3339), root.NotAfter.UTC().Format(time.RFC3339))
-		}
-	}
-	var uri *pkcs11.URI
-	switch {
-	case f.key == "":
-		if err := refuseKeyOverwrite(f.out, caFileCAKey, f.force); err != nil {
-			return err
-		}
-	case pkcs11.IsURI(f.key):
-		if uri, err = pkcs11.ParseURI(f.key); err != nil {
-			return fmt.Errorf("certs intermediate: --key: %v", err)
-		}
-		// A module key and a key file in one directory would leave doubt
-		// about which key the CA uses; keystore refuses that layout.
-		if err := refuseKeyOverwrite(f.out, caFileCAKey, false); err != nil {
-			return fmt.Errorf("%v (the key is to be created in the module; remove the file)", err)
-		}
-	default:
-		return fmt.Errorf("certs intermediate: --key %q: want a pkcs11: URI (or no --key for a ca-key.pem file)", f.key)
+	uri, err := intermediateKeyURI(f)
+	if err != nil {
+		return err
 	}
 	org := f.org
 	if org == "" && len(root.Subject.Organization) != 0 {
@@ -254,33 +230,7 @@ func runCertsIntermediate(cmd *cobra.Command, f *certsIntermediateFlags) error {
 	if err != nil {
 		return fmt.Errorf("certs intermediate: %v", err)
 	}
-	files := []caFile{
-		{caFileCACert, certs.EncodeCertificates(inter), 0o644, describeCA(inter)},
-		{caFileCertChain, certs.EncodeCertificates(inter, root), 0o644, "the intermediate, then the root"},
-		{caFileRootCert, certs.EncodeCertificates(roots...), 0o644, fmt.Sprintf("%d root(s)", len(roots))},
-	}
-	if uri == nil {
-		keyPEM, err := certs.EncodePrivateKey(key)
-		if err != nil {
-			return fmt.Errorf("certs intermediate: %v", err)
-		}
-		files = append(files, caFile{caFileCAKey, keyPEM, 0o600, certs.KeyTypeOf(key.Public()) + " private key"})
-	}
-	if err := writeCAFiles(cmd.OutOrStdout(), f.out, files); err != nil {
-		return err
-	}
-	// The directory is what `meshid server --ca-dir` loads: check it the
-	// same way before anyone deploys it.
-	load := keystore.LoadDir
-	if uri != nil {
-		load = func(dir string, now time.Time) (*keystore.Bundle, error) {
-			return keystore.LoadDirSigner(dir, key, now)
-		}
-	}
-	if _, err := load(f.out, now); err != nil {
-		return fmt.Errorf("certs intermediate: the written directory does not load as a CA: %v", err)
-	}
-	return nil
+	return writeIntermediate(cmd, f.out, inter, root, roots, key, uri, now)
 }
 
 // loadRootDir reads DIR/root-cert.pem and DIR/root-key.pem. root-cert.pem may
@@ -387,4 +337,79 @@ func describeCA(c *x509.Certificate) string {
 		pathLen = fmt.Sprint(c.MaxPathLen)
 	}
 	return fmt.Sprintf("%s, %s, pathlen %s, valid until %s", c.Subject.String(), certs.KeyTypeOf(c.PublicKey), pathLen, c.NotAfter.UTC().Format(time.RFC3339))
+}
+
+// intermediateValidity is the intermediate's NotBefore (backdated, never
+// before the root's) and TTL: the default --ttl is cut to the root's end, an
+// explicit one past it is refused unless --allow-outlive.
+func intermediateValidity(cmd *cobra.Command, f *certsIntermediateFlags, root *x509.Certificate, now time.Time) (time.Time, time.Duration, error) {
+	notBefore := now.Add(-caBackdate)
+	if notBefore.Before(root.NotBefore) {
+		notBefore = root.NotBefore
+	}
+	ttl := time.Duration(f.ttl)
+	if end := notBefore.Add(ttl); end.After(root.NotAfter) {
+		switch {
+		case !cmd.Flags().Changed("ttl"):
+			ttl = root.NotAfter.Sub(notBefore) // the default never outlives the root
+		case !f.allowOutlive:
+			return time.Time{}, 0, fmt.Errorf("certs intermediate: --ttl %s would end at %s, after the root expires at %s; shorten --ttl or pass --allow-outlive",
+				ttl, end.Format(time.RFC3339), root.NotAfter.UTC().Format(time.RFC3339))
+		}
+	}
+	return notBefore, ttl, nil
+}
+
+// intermediateKeyURI is the module key of --key (nil for a ca-key.pem
+// file), refusing to overwrite a key file.
+func intermediateKeyURI(f *certsIntermediateFlags) (*pkcs11.URI, error) {
+	switch {
+	case f.key == "":
+		return nil, refuseKeyOverwrite(f.out, caFileCAKey, f.force)
+	case pkcs11.IsURI(f.key):
+		uri, err := pkcs11.ParseURI(f.key)
+		if err != nil {
+			return nil, fmt.Errorf("certs intermediate: --key: %v", err)
+		}
+		// A module key and a key file in one directory would leave doubt
+		// about which key the CA uses; keystore refuses that layout.
+		if err := refuseKeyOverwrite(f.out, caFileCAKey, false); err != nil {
+			return nil, fmt.Errorf("%v (the key is to be created in the module; remove the file)", err)
+		}
+		return uri, nil
+	}
+	return nil, fmt.Errorf("certs intermediate: --key %q: want a pkcs11: URI (or no --key for a ca-key.pem file)", f.key)
+}
+
+// writeIntermediate writes the intermediate's CA directory to dir (its key
+// file only when the key is not in a module) and loads it back as
+// `meshid server --ca-dir` would.
+func writeIntermediate(cmd *cobra.Command, dir string, inter, root *x509.Certificate, roots []*x509.Certificate, key crypto.Signer, uri *pkcs11.URI, now time.Time) error {
+	files := []caFile{
+		{caFileCACert, certs.EncodeCertificates(inter), 0o644, describeCA(inter)},
+		{caFileCertChain, certs.EncodeCertificates(inter, root), 0o644, "the intermediate, then the root"},
+		{caFileRootCert, certs.EncodeCertificates(roots...), 0o644, fmt.Sprintf("%d root(s)", len(roots))},
+	}
+	if uri == nil {
+		keyPEM, err := certs.EncodePrivateKey(key)
+		if err != nil {
+			return fmt.Errorf("certs intermediate: %v", err)
+		}
+		files = append(files, caFile{caFileCAKey, keyPEM, 0o600, certs.KeyTypeOf(key.Public()) + " private key"})
+	}
+	if err := writeCAFiles(cmd.OutOrStdout(), dir, files); err != nil {
+		return err
+	}
+	// The directory is what `meshid server --ca-dir` loads: check it the
+	// same way before anyone deploys it.
+	load := keystore.LoadDir
+	if uri != nil {
+		load = func(dir string, now time.Time) (*keystore.Bundle, error) {
+			return keystore.LoadDirSigner(dir, key, now)
+		}
+	}
+	if _, err := load(dir, now); err != nil {
+		return fmt.Errorf("certs intermediate: the written directory does not load as a CA: %v", err)
+	}
+	return nil
 }

@@ -35,6 +35,7 @@ type devFlags struct {
 	monitoringListen string
 	agentMonitoring  string
 	logLevel         string
+	logFormat        string
 	pprof            bool
 }
 
@@ -59,6 +60,7 @@ into --state-dir and serves until interrupted.`,
 	fs.StringVar(&f.monitoringListen, "monitoring-listen", caserver.DefaultMonitoringListen, "CA /metrics /healthz /readyz (empty disables)")
 	fs.StringVar(&f.agentMonitoring, "agent-monitoring-listen", agent.DefaultMonitoringListen, "agent /metrics /healthz /readyz (empty disables)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
+	fs.StringVar(&f.logFormat, "log-format", "text", cli.LogFormatUsage)
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiles at /debug/pprof/ on --monitoring-listen (performance work)")
 	cmd.AddCommand(newDevTokenCmd())
 	return cmd
@@ -113,7 +115,7 @@ func devAgentConfig(f *devFlags, caAddr, tokenFile string) agent.Config {
 }
 
 func runDev(ctx context.Context, f *devFlags, stdout, stderr io.Writer) error {
-	logger, err := cli.NewLogger(stderr, f.logLevel)
+	logger, err := cli.NewLogger(stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		return err
 	}
@@ -129,7 +131,7 @@ func runDev(ctx context.Context, f *devFlags, stdout, stderr io.Writer) error {
 		return err
 	}
 	caCfg := devCAConfig(f, issuer)
-	caCfg.Logger = logger.With("component", "ca")
+	caCfg.Logger = logger.With("process", "ca") // not "component": the CA's parts set their own
 	ca, err := caserver.New(caCfg)
 	if err != nil {
 		return err
@@ -140,7 +142,7 @@ func runDev(ctx context.Context, f *devFlags, stdout, stderr io.Writer) error {
 		return err
 	}
 	agentCfg := devAgentConfig(f, dialAddr(ca.Addr()), tokenFile)
-	agentCfg.Logger = logger.With("component", "agent")
+	agentCfg.Logger = logger.With("process", "agent")
 	ag, err := agent.New(agentCfg)
 	if err != nil {
 		return err

@@ -55,5 +55,6 @@ func newRootCmdWith(stdout, stderr io.Writer, r runners) *cobra.Command {
 	root.AddCommand(newDevCmd())
 	root.AddCommand(newInspectCmd())
 	root.AddCommand(newCertsCmd())
+	cli.SetVersion(root)
 	return root
 }

@@ -40,6 +40,7 @@ type serverFlags struct {
 	servingDNS       []string
 	rateLimit        float64
 	logLevel         string
+	logFormat        string
 	pprof            bool
 	kubeCASecret     bool
 	namespace        string
@@ -76,6 +77,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&f.servingDNS, "serving-dns-names", nil, "extra DNS SANs of the CA's serving certificate (localhost, istiod.istio-system.svc and 127.0.0.1 are always present)")
 	fs.Float64Var(&f.rateLimit, "rate-limit", 0, "per-caller CreateCertificate requests per second (0 = unlimited); excess gets ResourceExhausted")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
+	fs.StringVar(&f.logFormat, "log-format", "text", cli.LogFormatUsage)
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiles at /debug/pprof/ on --monitoring-listen (performance work; keep that listener private)")
 	fs.BoolVar(&f.kubeCASecret, "kube-ca-secret", false, "keep the CA in the Secret meshid-ca (or Istio's cacerts) of --namespace, elect a leader with a Lease, and publish the istio-ca-root-cert ConfigMap to every namespace (needs a Kubernetes client)")
 	fs.StringVar(&f.namespace, "namespace", caserver.DefaultNamespace, "the CA's own namespace (env POD_NAMESPACE)")
@@ -195,7 +197,7 @@ POD_NAMESPACE, POD_NAME, CA_TRUSTED_NODE_ACCOUNTS.`,
 			if err != nil {
 				return err
 			}
-			if cfg.Logger, err = cli.NewLogger(cmd.ErrOrStderr(), f.logLevel); err != nil {
+			if cfg.Logger, err = cli.NewLogger(cmd.ErrOrStderr(), f.logLevel, f.logFormat); err != nil {
 				return err
 			}
 			return run(cmd.Context(), cfg)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	meshidentity "github.com/meshid/meshid/identity"
+	"github.com/meshid/meshid/internal/buildinfo"
 	"github.com/meshid/meshid/internal/monitor"
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/caclient"
@@ -40,6 +41,9 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	if cfg, err = cfg.withMetrics(); err != nil {
+		return nil, err
+	}
+	if err := buildinfo.Register(cfg.Registerer); err != nil {
 		return nil, err
 	}
 	id, err := identity(cfg)

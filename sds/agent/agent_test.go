@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -415,5 +416,19 @@ func TestMetricsServed(t *testing.T) {
 				t.Fatalf("/metrics: %s, no meshid_ series in %d bytes", resp.Status, len(body))
 			}
 		})
+	}
+}
+
+// TestBuildInfoGauge: the agent registers meshid_build_info (1) on its registry.
+func TestBuildInfoGauge(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.config()
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	if _, err := agent.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if v := testkit.Metric(t, reg, "meshid_build_info", "goversion", runtime.Version()); v != 1 {
+		t.Fatalf("meshid_build_info = %v", v)
 	}
 }

@@ -31,6 +31,7 @@ type AgentFlags struct {
 	namespace        string
 	serviceAccount   string
 	logLevel         string
+	logFormat        string
 	debugEndpoints   bool
 	fileSecretDirs   []string
 	workloadSocket   string
@@ -54,6 +55,7 @@ func (f *AgentFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.serviceAccount, "service-account", "", "workload service account when the token carries no kubernetes.io claims")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&f.workloadSocket, "workload-api-socket", "", "Unix socket to serve the SPIFFE Workload API on, from the same cache as SDS (empty = off)")
+	fs.StringVar(&f.logFormat, "log-format", "text", LogFormatUsage)
 	fs.BoolVar(&f.debugEndpoints, "debug-endpoints", false, "serve POST /debug/rotate on --monitoring-listen, which must then be a loopback address (no authentication)")
 	fs.StringSliceVar(&f.fileSecretDirs, "file-secret-dirs", secretcache.DefaultFileSecretDirs, "the only directories file-cert: and file-root: SDS resources may read (empty = none)")
 }
@@ -136,7 +138,7 @@ ISTIO_META_CLUSTER_ID, POD_NAMESPACE, SERVICE_ACCOUNT.`,
 			if err != nil {
 				return err
 			}
-			if cfg.Logger, err = NewLogger(cmd.ErrOrStderr(), f.logLevel); err != nil {
+			if cfg.Logger, err = NewLogger(cmd.ErrOrStderr(), f.logLevel, f.logFormat); err != nil {
 				return err
 			}
 			return run(cmd.Context(), cfg)

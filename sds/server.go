@@ -216,16 +216,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// for the handlers (WaitForHandlers), which a client cannot hold up:
 	// a blocked send fails with its transport and a handler waiting for a
 	// secret waits with the stream's context. The bound covers the rest.
-	stopped := make(chan struct{})
-	go func() {
-		s.grpc.Stop()
-		close(stopped)
-	}()
-	timer := s.clock.NewTimer(s.shutdownTimeout)
-	defer timer.Stop()
-	select {
-	case <-stopped:
-	case <-timer.C():
+	if !clock.Within(s.clock, s.shutdownTimeout, s.grpc.Stop) {
 		unixsock.Remove(s.path, sock)
 		s.log.Error("SDS server did not stop in time; leaving its handlers behind", "timeout", s.shutdownTimeout)
 		return fmt.Errorf("sds: shutdown took longer than %s", s.shutdownTimeout)

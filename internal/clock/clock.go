@@ -218,3 +218,22 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	t.f.addLocked(t)
 	return active
 }
+
+// Within runs f on its own goroutine and reports whether it returned within
+// d of c's time. When it did not, f goes on running: the caller gives up on
+// it (a server's Stop held up by handlers it cannot interrupt).
+func Within(c Clock, d time.Duration, f func()) bool {
+	done := make(chan struct{})
+	go func() {
+		f()
+		close(done)
+	}()
+	timer := c.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return true
+	case <-timer.C():
+		return false
+	}
+}

@@ -94,3 +94,27 @@ func TestFakeManyTimersInDeadlineOrder(t *testing.T) {
 		}
 	}
 }
+
+// Within reports true when f returns before the deadline and false when the
+// deadline (on the given clock) comes first, without waiting for f.
+func TestWithin(t *testing.T) {
+	f := clock.NewFake(time.Unix(0, 0))
+	if !clock.Within(f, time.Second, func() {}) {
+		t.Fatal("a function that returns at once did not return within 1s")
+	}
+	release := make(chan struct{})
+	defer close(release)
+	res := make(chan bool, 1)
+	go func() { res <- clock.Within(f, time.Second, func() { <-release }) }()
+	f.WaitForWaiters(1, nil)
+	f.Add(time.Second - time.Nanosecond)
+	select {
+	case <-res:
+		t.Fatal("Within gave up before its deadline")
+	default:
+	}
+	f.Add(time.Nanosecond)
+	if <-res {
+		t.Fatal("Within reported a blocked function as returned")
+	}
+}

@@ -242,16 +242,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// Streams are endless, so a graceful stop would wait forever. Stop
 	// closes every connection and waits for the handlers, which return
 	// with their stream's context.
-	stopped := make(chan struct{})
-	go func() {
-		s.grpc.Stop()
-		close(stopped)
-	}()
-	timer := s.clock.NewTimer(s.shutdownTimeout)
-	defer timer.Stop()
-	select {
-	case <-stopped:
-	case <-timer.C():
+	if !clock.Within(s.clock, s.shutdownTimeout, s.grpc.Stop) {
 		unixsock.Remove(s.path, sock)
 		s.log.Error("Workload API server did not stop in time; leaving its handlers behind", "timeout", s.shutdownTimeout)
 		return fmt.Errorf("workloadapi: shutdown took longer than %s", s.shutdownTimeout)

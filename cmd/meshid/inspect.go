@@ -15,7 +15,7 @@ import (
 
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/inspect"
-	"github.com/meshid/meshid/internal/sdsfetch"
+	"github.com/meshid/meshid/sds/sdsfetch"
 )
 
 // inspectClock is the time `meshid inspect` checks validity at; tests set

@@ -7,6 +7,6 @@
 // table, as detail text, as stable JSON or as PEM.
 //
 // The package does no I/O besides reading the paths it is given; fetching
-// secrets over SDS lives in internal/sdsfetch, and the command wiring in
+// secrets over SDS lives in sds/sdsfetch, and the command wiring in
 // cmd/meshid.
 package inspect

@@ -1,6 +1,6 @@
 package ca_test
 
-import "github.com/meshid/meshid/internal/bench/cputime"
+import "github.com/meshid/meshid/bench/cputime"
 
 // processCPU is the CPU time the test process has used; benchmarks report
 // it per certificate besides wall-clock throughput.

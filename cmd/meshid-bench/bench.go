@@ -21,13 +21,13 @@ import (
 	"google.golang.org/grpc/credentials"
 	securityapi "istio.io/api/security/v1alpha1"
 
+	"github.com/meshid/meshid/bench/caload"
+	"github.com/meshid/meshid/bench/chart"
+	"github.com/meshid/meshid/bench/cputime"
+	"github.com/meshid/meshid/bench/cryptobound"
+	"github.com/meshid/meshid/bench/latency"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/identity"
-	"github.com/meshid/meshid/internal/bench/caload"
-	"github.com/meshid/meshid/internal/bench/chart"
-	"github.com/meshid/meshid/internal/bench/cputime"
-	"github.com/meshid/meshid/internal/bench/cryptobound"
-	"github.com/meshid/meshid/internal/bench/latency"
 	"github.com/meshid/meshid/internal/devissuer"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshid/meshid/internal/bench/sdsload"
+	"github.com/meshid/meshid/bench/sdsload"
 )
 
 type benchSDSFlags struct {

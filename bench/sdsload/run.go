@@ -12,7 +12,7 @@ import (
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/meshid/meshid/internal/bench/latency"
+	"github.com/meshid/meshid/bench/latency"
 )
 
 // SecretTypeURL is the xDS type of SDS resources.

@@ -15,10 +15,10 @@ import (
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"github.com/meshid/meshid/bench/latency"
+	"github.com/meshid/meshid/bench/sdsload"
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
-	"github.com/meshid/meshid/internal/bench/latency"
-	"github.com/meshid/meshid/internal/bench/sdsload"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"

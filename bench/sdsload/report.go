@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/meshid/meshid/internal/bench/latency"
+	"github.com/meshid/meshid/bench/latency"
 )
 
 type reportJSON struct {

@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/status"
 	securityapi "istio.io/api/security/v1alpha1"
 
+	"github.com/meshid/meshid/bench/caload"
+	"github.com/meshid/meshid/bench/latency"
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/bench/caload"
-	"github.com/meshid/meshid/internal/bench/latency"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
 )

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshid/meshid/bench/cryptobound"
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/bench/cryptobound"
 	"github.com/meshid/meshid/internal/clock"
 )
 

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	securityapi "istio.io/api/security/v1alpha1"
 
-	"github.com/meshid/meshid/internal/bench/latency"
+	"github.com/meshid/meshid/bench/latency"
 )
 
 // RunAt runs the configured load with concurrency requests in flight. The

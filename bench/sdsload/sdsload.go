@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/meshid/meshid/internal/bench/latency"
+	"github.com/meshid/meshid/bench/latency"
 	"github.com/meshid/meshid/internal/clock"
 )
 

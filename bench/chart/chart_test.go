@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshid/meshid/internal/bench/chart"
+	"github.com/meshid/meshid/bench/chart"
 )
 
 func sample() chart.Chart {

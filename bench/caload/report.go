@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/meshid/meshid/internal/bench/latency"
+	"github.com/meshid/meshid/bench/latency"
 )
 
 // Report is the outcome of one run at one concurrency.

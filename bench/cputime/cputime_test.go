@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshid/meshid/internal/bench/cputime"
+	"github.com/meshid/meshid/bench/cputime"
 )
 
 func TestSelfGrowsWithWork(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshid/meshid/internal/bench/latency"
+	"github.com/meshid/meshid/bench/latency"
 )
 
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }

@@ -123,35 +123,26 @@ func FuzzDiscoveryRequest(f *testing.F) {
 		src.set(p.rootSecret(probe))
 		// Names a response may carry: the probe, and what the fuzzed
 		// request subscribed if the server had to accept it.
+		// (A SotW request with a nonce is stale and ignored.)
 		allowed := map[string]bool{probe: true}
-		if mode%fuzzModes == fuzzSotw {
-			if typeOK && nonce == "" {
-				for _, n := range distinct {
-					allowed[n] = true
-				}
+		if typeOK && (mode%fuzzModes != fuzzSotw || nonce == "") {
+			for _, n := range distinct {
+				allowed[n] = true
 			}
+		}
+		if mode%fuzzModes == fuzzSotw {
 			s, err := h.client.StreamSecrets(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			send := func(r *discoveryv3.DiscoveryRequest) {
-				if err := s.Send(r); err != nil {
-					t.Fatalf("send: %v", err)
-				}
-			}
+			send := mustSend(t, s.Send)
 			send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL, ResourceNames: reqNames, VersionInfo: version, ResponseNonce: nonce, ErrorDetail: detail})
 			if typeOK && tooMany {
 				expectExhausted(t, func() error { _, err := s.Recv(); return err })
 				return
 			}
 			send(&discoveryv3.DiscoveryRequest{TypeUrl: sds.SecretTypeURL, ResourceNames: []string{probe}})
-			last := uint64(0)
-			for got := false; !got; {
-				r, err := s.Recv()
-				if err != nil {
-					t.Fatalf("recv before the probe arrived: %v", err)
-				}
-				last = checkNonce(t, r.GetNonce(), last)
+			untilProbe(t, s.Recv, func(r *discoveryv3.DiscoveryResponse) bool {
 				if r.GetTypeUrl() != sds.SecretTypeURL || r.GetVersionInfo() == "" || len(r.GetResources()) != 1 {
 					t.Fatalf("response type %q version %q with %d resources", r.GetTypeUrl(), r.GetVersionInfo(), len(r.GetResources()))
 				}
@@ -159,26 +150,17 @@ func FuzzDiscoveryRequest(f *testing.F) {
 				if !allowed[name] || name != probe && !known(name) {
 					t.Fatalf("response carries %q; allowed %v", name, allowed)
 				}
-				got = name == probe
-			}
+				return name == probe
+			})
 			s.CloseSend()
 			return
 		}
 
-		if typeOK {
-			for _, n := range distinct {
-				allowed[n] = true
-			}
-		}
 		s, err := h.client.DeltaSecrets(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		send := func(r *discoveryv3.DeltaDiscoveryRequest) {
-			if err := s.Send(r); err != nil {
-				t.Fatalf("send: %v", err)
-			}
-		}
+		send := mustSend(t, s.Send)
 		initial := map[string]string{}
 		if len(reqNames) > 0 && version != "" {
 			initial[reqNames[0]] = version
@@ -201,13 +183,7 @@ func FuzzDiscoveryRequest(f *testing.F) {
 			return
 		}
 		send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: sds.SecretTypeURL, ResourceNamesSubscribe: []string{probe}})
-		last := uint64(0)
-		for got := false; !got; {
-			r, err := s.Recv()
-			if err != nil {
-				t.Fatalf("recv before the probe arrived: %v", err)
-			}
-			last = checkNonce(t, r.GetNonce(), last)
+		untilProbe(t, s.Recv, func(r *discoveryv3.DeltaDiscoveryResponse) (got bool) {
 			if r.GetTypeUrl() != sds.SecretTypeURL || len(r.GetResources())+len(r.GetRemovedResources()) == 0 {
 				t.Fatalf("response type %q with %d resources", r.GetTypeUrl(), len(r.GetResources()))
 			}
@@ -225,9 +201,35 @@ func FuzzDiscoveryRequest(f *testing.F) {
 					t.Fatalf("response removes %q", n)
 				}
 			}
-		}
+			return got
+		})
 		s.CloseSend()
 	})
+}
+
+// mustSend returns send that fails t when the stream's Send fails.
+func mustSend[R any](t *testing.T, send func(R) error) func(R) {
+	return func(r R) {
+		t.Helper()
+		if err := send(r); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	}
+}
+
+// untilProbe reads responses with recv until check reports the probe
+// arrived, failing t when the stream ends first or a nonce is not fresh.
+func untilProbe[R interface{ GetNonce() string }](t *testing.T, recv func() (R, error), check func(R) bool) {
+	t.Helper()
+	last := uint64(0)
+	for got := false; !got; {
+		r, err := recv()
+		if err != nil {
+			t.Fatalf("recv before the probe arrived: %v", err)
+		}
+		last = checkNonce(t, r.GetNonce(), last)
+		got = check(r)
+	}
 }
 
 // expectExhausted fails unless recv ends the stream with ResourceExhausted.

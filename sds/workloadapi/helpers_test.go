@@ -111,6 +111,26 @@ func raw(t testing.TB, path string) workloadpb.SpiffeWorkloadAPIClient {
 	return workloadpb.NewSpiffeWorkloadAPIClient(conn)
 }
 
+// firstResponse opens FetchX509SVID (i even) or FetchX509Bundles (i odd)
+// and reads its first response.
+func firstResponse(ctx context.Context, c workloadpb.SpiffeWorkloadAPIClient, i int) (err error) {
+	if i%2 == 0 {
+		_, err = recvFirst(c.FetchX509SVID(ctx, &workloadpb.X509SVIDRequest{}))
+	} else {
+		_, err = recvFirst(c.FetchX509Bundles(ctx, &workloadpb.X509BundlesRequest{}))
+	}
+	return err
+}
+
+// recvFirst reads the first response of the stream just opened, or returns the
+// error of opening it: recvFirst(c.FetchX509SVID(ctx, req)).
+func recvFirst[R any](s grpc.ServerStreamingClient[R], err error) (*R, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s.Recv()
+}
+
 // withHeader adds the required metadata.
 func withHeader(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, workloadapi.MetadataKey, "true")

@@ -35,17 +35,11 @@ func TestMetadataRequired(t *testing.T) {
 		"other":    metadata.Pairs("workload.spiffe.io.x", "true"),
 	} {
 		cctx := metadata.NewOutgoingContext(ctx, md)
-		s, err := c.FetchX509SVID(cctx, &workloadpb.X509SVIDRequest{})
-		if err == nil {
-			_, err = s.Recv()
-		}
+		_, err := recvFirst(c.FetchX509SVID(cctx, &workloadpb.X509SVIDRequest{}))
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), workloadapi.MetadataKey) {
 			t.Errorf("FetchX509SVID, header %s: %v, want InvalidArgument naming the header", name, err)
 		}
-		b, err := c.FetchX509Bundles(cctx, &workloadpb.X509BundlesRequest{})
-		if err == nil {
-			_, err = b.Recv()
-		}
+		_, err = recvFirst(c.FetchX509Bundles(cctx, &workloadpb.X509BundlesRequest{}))
 		if status.Code(err) != codes.InvalidArgument {
 			t.Errorf("FetchX509Bundles, header %s: %v, want InvalidArgument", name, err)
 		}
@@ -81,10 +75,7 @@ func TestJWTUnimplemented(t *testing.T) {
 	if _, err := c.ValidateJWTSVID(ctx, &workloadpb.ValidateJWTSVIDRequest{Audience: "a", Svid: "x"}); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("ValidateJWTSVID: %v", err)
 	}
-	s, err := c.FetchJWTBundles(ctx, &workloadpb.JWTBundlesRequest{})
-	if err == nil {
-		_, err = s.Recv()
-	}
+	_, err := recvFirst(c.FetchJWTBundles(ctx, &workloadpb.JWTBundlesRequest{}))
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("FetchJWTBundles: %v", err)
 	}
@@ -100,30 +91,11 @@ func TestStreamLimit(t *testing.T) {
 	for i := range 3 {
 		sctx, cancel := context.WithCancel(ctx)
 		cancels = append(cancels, cancel)
-		var err error
-		if i%2 == 0 {
-			var s grpc.ServerStreamingClient[workloadpb.X509SVIDResponse]
-			if s, err = c.FetchX509SVID(sctx, &workloadpb.X509SVIDRequest{}); err == nil {
-				_, err = s.Recv()
-			}
-		} else {
-			var s grpc.ServerStreamingClient[workloadpb.X509BundlesResponse]
-			if s, err = c.FetchX509Bundles(sctx, &workloadpb.X509BundlesRequest{}); err == nil {
-				_, err = s.Recv()
-			}
-		}
-		if err != nil {
+		if err := firstResponse(sctx, c, i); err != nil {
 			t.Fatalf("stream %d: %v", i, err)
 		}
 	}
-	over := func() error {
-		s, err := c.FetchX509SVID(ctx, &workloadpb.X509SVIDRequest{})
-		if err != nil {
-			return err
-		}
-		_, err = s.Recv()
-		return err
-	}
+	over := func() error { _, err := recvFirst(c.FetchX509SVID(ctx, &workloadpb.X509SVIDRequest{})); return err }
 	for range 100 {
 		if err := over(); status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("stream beyond the cap: %v, want ResourceExhausted", err)
@@ -156,19 +128,13 @@ func TestConnectionLimit(t *testing.T) {
 	})
 	ctx := withHeader(guardCtx(t))
 	for i := range 2 {
-		s, err := raw(t, a.path).FetchX509SVID(ctx, &workloadpb.X509SVIDRequest{})
-		if err == nil {
-			_, err = s.Recv()
-		}
+		_, err := recvFirst(raw(t, a.path).FetchX509SVID(ctx, &workloadpb.X509SVIDRequest{}))
 		if err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
 	}
 	for range 5 {
-		s, err := raw(t, a.path).FetchX509SVID(ctx, &workloadpb.X509SVIDRequest{}, grpc.WaitForReady(false))
-		if err == nil {
-			_, err = s.Recv()
-		}
+		_, err := recvFirst(raw(t, a.path).FetchX509SVID(ctx, &workloadpb.X509SVIDRequest{}, grpc.WaitForReady(false)))
 		if status.Code(err) != codes.Unavailable {
 			t.Fatalf("connection beyond the cap: %v, want Unavailable", err)
 		}
@@ -182,10 +148,7 @@ func TestConnectionLimit(t *testing.T) {
 		t.Fatalf("%d warnings for the refused connections, want 1:\n%s", n, logs.All())
 	}
 	a.clock.Add(time.Minute)
-	s, err := raw(t, a.path).FetchX509SVID(ctx, &workloadpb.X509SVIDRequest{}, grpc.WaitForReady(false))
-	if err == nil {
-		_, err = s.Recv()
-	}
+	_, err := recvFirst(raw(t, a.path).FetchX509SVID(ctx, &workloadpb.X509SVIDRequest{}, grpc.WaitForReady(false)))
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("connection beyond the cap: %v", err)
 	}
@@ -200,10 +163,7 @@ func TestHugeRequestRefused(t *testing.T) {
 	pad := protowire.AppendTag(nil, 1000, protowire.BytesType)
 	pad = protowire.AppendBytes(pad, make([]byte, workloadapi.MaxRequestSize))
 	req.ProtoReflect().SetUnknown(pad)
-	s, err := raw(t, a.path).FetchX509SVID(withHeader(guardCtx(t)), req)
-	if err == nil {
-		_, err = s.Recv()
-	}
+	_, err := recvFirst(raw(t, a.path).FetchX509SVID(withHeader(guardCtx(t)), req))
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("huge request: %v, want ResourceExhausted", err)
 	}
@@ -218,19 +178,7 @@ func TestStreamCyclesDoNotLeak(t *testing.T) {
 	cycle := func(i int) {
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		var err error
-		if i%2 == 0 {
-			var s grpc.ServerStreamingClient[workloadpb.X509SVIDResponse]
-			if s, err = c.FetchX509SVID(sctx, &workloadpb.X509SVIDRequest{}); err == nil {
-				_, err = s.Recv()
-			}
-		} else {
-			var s grpc.ServerStreamingClient[workloadpb.X509BundlesResponse]
-			if s, err = c.FetchX509Bundles(sctx, &workloadpb.X509BundlesRequest{}); err == nil {
-				_, err = s.Recv()
-			}
-		}
-		if err != nil {
+		if err := firstResponse(sctx, c, i); err != nil {
 			t.Fatalf("cycle %d: %v", i, err)
 		}
 	}
@@ -287,10 +235,7 @@ func TestHugeHeadersRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := metadata.AppendToOutgoingContext(ctx, "x-pad", strings.Repeat("a", 1<<20))
-	s, err := c.FetchX509SVID(big, &workloadpb.X509SVIDRequest{})
-	if err == nil {
-		_, err = s.Recv()
-	}
+	_, err := recvFirst(c.FetchX509SVID(big, &workloadpb.X509SVIDRequest{}))
 	if err == nil {
 		t.Fatal("a call with 1 MiB of headers was served")
 	}

@@ -75,13 +75,8 @@ func TestServe(t *testing.T) {
 	if err := s.Ready(); err != nil {
 		t.Fatalf("Ready after serving: %v", err)
 	}
-	resp, err := http.Get("http://" + s.MonitoringAddr().String() + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/readyz: %s", resp.Status)
+	if code, body := testkit.HTTP(t, http.MethodGet, "http://"+s.MonitoringAddr().String()+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz: %d %s", code, body)
 	}
 }
 

@@ -41,16 +41,7 @@ func TestEndpoints(t *testing.T) {
 	}
 	testkit.Run(t, "monitor", s.Run)
 	base := "http://" + s.Addr().String()
-	get := func(path string) (int, string) {
-		t.Helper()
-		resp, err := http.Get(base + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(path string) (int, string) { return testkit.HTTP(t, http.MethodGet, base+path) }
 	tests := []struct {
 		path     string
 		wantCode int

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
@@ -155,5 +158,23 @@ func TestGoDeliversResults(t *testing.T) {
 	r := <-testkit.Go(func() (int, error) { return 7, want })
 	if r.Value != 7 || r.Err != want {
 		t.Fatalf("Go result = %+v, want {7 boom}", r)
+	}
+}
+
+// TestHTTP: HTTP returns the status and body of the method asked, and fails
+// the test when nothing answers.
+func TestHTTP(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTeapot)
+		io.WriteString(w, r.Method+" "+r.URL.Path)
+	}))
+	defer srv.Close()
+	if code, body := testkit.HTTP(t, http.MethodPost, srv.URL+"/debug/rotate"); code != http.StatusTeapot || body != "POST /debug/rotate" {
+		t.Fatalf("HTTP = %d %q", code, body)
+	}
+	srv.Close()
+	r := call(t, func(tb testing.TB) { testkit.HTTP(tb, http.MethodGet, srv.URL+"/readyz") })
+	if !strings.Contains(r.failures(), "connect") {
+		t.Fatalf("a request to a closed server did not fail the test: %q", r.failures())
 	}
 }

@@ -3,7 +3,6 @@ package agent_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -163,26 +162,15 @@ func TestRotateEndpoint(t *testing.T) {
 	before := firstSecret(t, a)
 	url := "http://" + a.MonitoringAddr().String() + "/debug/rotate"
 
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Fatalf("GET: %s, want 405", resp.Status)
+	if code, _ := testkit.HTTP(t, http.MethodGet, url); code != http.StatusMethodNotAllowed {
+		t.Fatalf("GET: %d, want 405", code)
 	}
 	if got := firstSecret(t, a); got.Version != before.Version {
 		t.Fatal("GET rotated the certificate")
 	}
 
-	resp, err = http.Post(url, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "rotated" {
-		t.Fatalf("POST: %s %q", resp.Status, body)
+	if code, body := testkit.HTTP(t, http.MethodPost, url); code != http.StatusOK || strings.TrimSpace(body) != "rotated" {
+		t.Fatalf("POST: %d %q", code, body)
 	}
 	after := firstSecret(t, a)
 	if after.Version == before.Version || after.Chain[0].SerialNumber.Cmp(before.Chain[0].SerialNumber) == 0 {
@@ -200,13 +188,8 @@ func TestDebugEndpointsOptIn(t *testing.T) {
 	cfg.MonitoringListen = "127.0.0.1:0"
 	a := testkit.RunAgent(t, cfg)
 	before := firstSecret(t, a)
-	resp, err := http.Post("http://"+a.MonitoringAddr().String()+"/debug/rotate", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Fatalf("POST /debug/rotate without DebugEndpoints: %s, want 404", resp.Status)
+	if code, _ := testkit.HTTP(t, http.MethodPost, "http://"+a.MonitoringAddr().String()+"/debug/rotate"); code != http.StatusNotFound {
+		t.Fatalf("POST /debug/rotate without DebugEndpoints: %d, want 404", code)
 	}
 	if got := firstSecret(t, a); got.Version != before.Version {
 		t.Fatal("the certificate rotated")
@@ -231,13 +214,8 @@ func TestReadyz(t *testing.T) {
 	if err := a.Ready(); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get("http://" + a.MonitoringAddr().String() + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/readyz: %s", resp.Status)
+	if code, body := testkit.HTTP(t, http.MethodGet, "http://"+a.MonitoringAddr().String()+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz: %d %s", code, body)
 	}
 }
 
@@ -403,17 +381,9 @@ func TestMetricsServed(t *testing.T) {
 			cfg.Registerer = reg
 			a := testkit.RunAgent(t, cfg)
 			firstSecret(t, a)
-			resp, err := http.Get("http://" + a.MonitoringAddr().String() + "/metrics")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			body, err := io.ReadAll(resp.Body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "meshid_") {
-				t.Fatalf("/metrics: %s, no meshid_ series in %d bytes", resp.Status, len(body))
+			code, body := testkit.HTTP(t, http.MethodGet, "http://"+a.MonitoringAddr().String()+"/metrics")
+			if code != http.StatusOK || !strings.Contains(body, "meshid_") {
+				t.Fatalf("/metrics: %d, no meshid_ series in %d bytes", code, len(body))
 			}
 		})
 	}

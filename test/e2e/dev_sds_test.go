@@ -1,11 +1,10 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +14,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // Issue 3, done when: with `meshid dev` running, a client speaking SDS on
@@ -126,7 +127,7 @@ func TestDevAgentServesSDS(t *testing.T) {
 	t.Run("monitoring", func(t *testing.T) {
 		for _, path := range []string{"/healthz", "/readyz"} {
 			for _, addr := range []string{d.caMonitor, d.agentMonitor} {
-				if code, _ := httpGet(t, "http://"+addr+path); code != http.StatusOK {
+				if code, _ := testkit.HTTP(t, http.MethodGet, "http://"+addr+path); code != http.StatusOK {
 					t.Fatalf("GET %s%s: %d", addr, path, code)
 				}
 			}
@@ -153,31 +154,16 @@ func TestDevAgentServesSDS(t *testing.T) {
 	}
 }
 
-func httpGet(t *testing.T, url string) (int, []byte) {
-	t.Helper()
-	c := &http.Client{Timeout: guard}
-	resp, err := c.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, body
-}
-
 // metricSum scrapes addr's /metrics and returns the sum of name's samples
 // (counters and gauges).
 func metricSum(t *testing.T, addr, name string) float64 {
 	t.Helper()
-	code, body := httpGet(t, "http://"+addr+"/metrics")
+	code, body := testkit.HTTP(t, http.MethodGet, "http://"+addr+"/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("GET %s/metrics: %d", addr, code)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	mfs, err := parser.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
 		t.Fatalf("%s/metrics: %v", addr, err)
 	}

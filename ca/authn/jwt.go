@@ -1,6 +1,7 @@
 package authn
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -133,27 +134,16 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 	if cfg.Leeway < 0 {
 		return nil, errors.New("authn: negative JWT leeway")
 	}
-	if cfg.Leeway == 0 {
-		cfg.Leeway = DefaultJWTLeeway
-	}
-	if cfg.MaxTokenLifetime == 0 {
-		cfg.MaxTokenLifetime = DefaultMaxTokenLifetime
-	}
-	if cfg.RefreshInterval <= 0 {
-		cfg.RefreshInterval = DefaultJWKSRefresh
-	}
-	if cfg.MinRefreshInterval <= 0 {
-		cfg.MinRefreshInterval = DefaultJWKSMinRefresh
-	}
+	cfg.Leeway = cmp.Or(cfg.Leeway, DefaultJWTLeeway)
+	cfg.MaxTokenLifetime = cmp.Or(cfg.MaxTokenLifetime, DefaultMaxTokenLifetime)
+	// A negative interval or TTL means the default too.
+	cfg.RefreshInterval = cmp.Or(max(cfg.RefreshInterval, 0), DefaultJWKSRefresh)
+	cfg.MinRefreshInterval = cmp.Or(max(cfg.MinRefreshInterval, 0), DefaultJWKSMinRefresh)
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: defaultJWKSRequestTimeout}
 	}
-	if cfg.CacheSize == 0 {
-		cfg.CacheSize = DefaultCacheSize
-	}
-	if cfg.CacheTTL <= 0 {
-		cfg.CacheTTL = DefaultCacheTTL
-	}
+	cfg.CacheSize = cmp.Or(cfg.CacheSize, DefaultCacheSize)
+	cfg.CacheTTL = cmp.Or(max(cfg.CacheTTL, 0), DefaultCacheTTL)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

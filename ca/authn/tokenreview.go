@@ -1,6 +1,7 @@
 package authn
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,18 +108,11 @@ func NewTokenReview(cfg TokenReviewConfig) (*TokenReview, error) {
 	if cfg.CacheSize < 0 {
 		return nil, fmt.Errorf("authn: negative TokenReview cache size %d", cfg.CacheSize)
 	}
-	if cfg.CacheSize == 0 {
-		cfg.CacheSize = DefaultCacheSize
-	}
-	if cfg.CacheTTL <= 0 {
-		cfg.CacheTTL = DefaultCacheTTL
-	}
-	if cfg.NegativeCacheTTL == 0 {
-		cfg.NegativeCacheTTL = DefaultNegativeCacheTTL
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultReviewTimeout
-	}
+	cfg.CacheSize = cmp.Or(cfg.CacheSize, DefaultCacheSize)
+	// A negative TTL or timeout means the default too.
+	cfg.CacheTTL = cmp.Or(max(cfg.CacheTTL, 0), DefaultCacheTTL)
+	cfg.NegativeCacheTTL = cmp.Or(cfg.NegativeCacheTTL, DefaultNegativeCacheTTL)
+	cfg.Timeout = cmp.Or(max(cfg.Timeout, 0), DefaultReviewTimeout)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -1,6 +1,7 @@
 package keystore
 
 import (
+	"cmp"
 	"crypto"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -47,15 +48,11 @@ func (cfg SelfSignedConfig) withDefaults() (SelfSignedConfig, error) {
 	if cfg.TrustDomain == "" {
 		return cfg, errors.New("keystore: self-signed root: trust domain is required")
 	}
-	if cfg.KeyType == "" {
-		cfg.KeyType = certs.ECP256
-	}
+	cfg.KeyType = cmp.Or(cfg.KeyType, certs.ECP256)
 	if _, err := certs.ParseCAKeyType(string(cfg.KeyType)); err != nil {
 		return cfg, fmt.Errorf("keystore: root key type %q not supported (want one of %s)", cfg.KeyType, certs.KeyTypeNames(certs.CAKeyTypes))
 	}
-	if cfg.TTL == 0 {
-		cfg.TTL = DefaultRootTTL
-	}
+	cfg.TTL = cmp.Or(cfg.TTL, DefaultRootTTL)
 	if cfg.TTL < 0 {
 		return cfg, fmt.Errorf("keystore: root TTL %v must be positive", cfg.TTL)
 	}

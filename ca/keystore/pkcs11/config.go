@@ -1,6 +1,7 @@
 package pkcs11
 
 import (
+	"cmp"
 	"errors"
 	"time"
 
@@ -31,13 +32,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.URI == nil {
 		return cfg, errors.New("pkcs11: URI is required")
 	}
-	if cfg.SessionWait == 0 {
-		cfg.SessionWait = DefaultSessionWait
-	}
+	cfg.SessionWait = cmp.Or(cfg.SessionWait, DefaultSessionWait)
+	cfg.MaxSessions = cmp.Or(cfg.MaxSessions, DefaultMaxSessions)
 	cfg.Clock = clock.OrReal(cfg.Clock)
-	if cfg.MaxSessions == 0 {
-		cfg.MaxSessions = DefaultMaxSessions
-	}
 	if cfg.SessionWait < 0 || cfg.MaxSessions < 2 {
 		return cfg, errors.New("pkcs11: SessionWait must be positive and MaxSessions at least 2")
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshid/meshid/ca/catool"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
@@ -99,7 +100,7 @@ func TestCertsRootAndIntermediate(t *testing.T) {
 		root.KeyUsage&(x509.KeyUsageCertSign|x509.KeyUsageCRLSign) != x509.KeyUsageCertSign|x509.KeyUsageCRLSign {
 		t.Errorf("root: CA %t, pathlen %d, key usage %b", root.IsCA, root.MaxPathLen, root.KeyUsage)
 	}
-	if root.Subject.String() != "CN=Acme Root,O=Acme" || !root.NotBefore.Equal(cliNow.Add(-caBackdate)) || !root.NotAfter.Equal(cliNow.Add(-caBackdate+87600*time.Hour)) {
+	if root.Subject.String() != "CN=Acme Root,O=Acme" || !root.NotBefore.Equal(cliNow.Add(-catool.Backdate)) || !root.NotAfter.Equal(cliNow.Add(-catool.Backdate+87600*time.Hour)) {
 		t.Errorf("root: subject %q, valid %v to %v", root.Subject, root.NotBefore, root.NotAfter)
 	}
 	if pub, ok := root.PublicKey.(*ecdsa.PublicKey); !ok || pub.Curve != elliptic.P384() {
@@ -231,8 +232,8 @@ func TestCertsRefusals(t *testing.T) {
 	}
 	long := filepath.Join(dir, "long")
 	meshidOK(t, "certs", "intermediate", "--root", rootDir, "--out", long, "--name", "long", "--ttl", "8761h", "--allow-outlive")
-	if c := readPEMCerts(t, filepath.Join(long, "ca-cert.pem"))[0]; !c.NotAfter.Equal(cliNow.Add(-caBackdate + 8761*time.Hour)) {
-		t.Fatalf("--allow-outlive: NotAfter %v, want %v", c.NotAfter, cliNow.Add(-caBackdate+8761*time.Hour))
+	if c := readPEMCerts(t, filepath.Join(long, "ca-cert.pem"))[0]; !c.NotAfter.Equal(cliNow.Add(-catool.Backdate + 8761*time.Hour)) {
+		t.Fatalf("--allow-outlive: NotAfter %v, want %v", c.NotAfter, cliNow.Add(-catool.Backdate+8761*time.Hour))
 	}
 
 	// An expired root signs nothing.

@@ -1,13 +1,8 @@
 package main
 
 import (
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,9 +22,6 @@ const (
 	exitInspectInvalid  = 2 // something is invalid or expired
 	exitInspectExpiring = 3 // all valid, but something expires within --expires-within
 )
-
-// maxStdin bounds what inspect reads from standard input.
-const maxStdin = 16 << 20
 
 type inspectFlags struct {
 	sds           string
@@ -85,211 +77,35 @@ invalid or expired; 3 all valid, but something expires within
 }
 
 func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
-	switch f.output {
-	case "table", "json", "pem":
-	default:
-		return fmt.Errorf("inspect: unknown output format %q (want table, json or pem)", f.output)
+	format, err := inspect.ParseFormat(f.output)
+	if err != nil {
+		return err
 	}
 	if len(f.resources) != 0 && f.sds == "" {
 		return errors.New("inspect: --resource needs --sds")
 	}
-	opts, err := inspectOptions(f)
-	if err != nil {
-		return err
+	cfg := inspect.Config{
+		Paths: args, Stdin: cmd.InOrStdin(), RootsFile: f.roots,
+		Options: inspect.Options{Now: inspectClock.Now(), ExpiresWithin: time.Duration(f.expiresWithin)},
+		Format:  format, Verbose: f.verbose, Out: cmd.OutOrStdout(),
 	}
-	inputs, err := inspectInputs(cmd, f, args)
-	if err != nil {
-		return err
-	}
-	inspect.PairKeys(inputs)
-
-	rep := inspect.Check(inputs, opts)
-	out := cmd.OutOrStdout()
-	switch f.output {
-	case "json":
-		err = inspect.WriteJSON(out, rep)
-	case "pem":
-		err = inspect.WritePEM(out, inputs)
-	default:
-		err = inspect.WriteTable(out, rep, f.verbose)
-	}
-	if err != nil {
-		return fmt.Errorf("inspect: write: %v", err)
-	}
-	return inspectExit(rep)
-}
-
-// inspectOptions are the checks of --expires-within, --trust-domain and
-// --roots.
-func inspectOptions(f *inspectFlags) (inspect.Options, error) {
-	opts := inspect.Options{Now: inspectClock.Now(), ExpiresWithin: time.Duration(f.expiresWithin)}
 	if f.trustDomain != "" {
 		td, err := spiffeid.TrustDomainFromString(f.trustDomain)
 		if err != nil {
-			return opts, fmt.Errorf("inspect: --trust-domain: %v", err)
+			return fmt.Errorf("inspect: --trust-domain: %v", err)
 		}
-		opts.TrustDomain = td
+		cfg.Options.TrustDomain = td
 	}
-	if f.roots != "" {
-		in, err := loadOne(f.roots)
-		if err != nil {
-			return opts, err
-		}
-		if len(in.Certs) == 0 {
-			return opts, fmt.Errorf("inspect: --roots %s: no certificates", f.roots)
-		}
-		opts.Roots, opts.RootsName = in.Certs, f.roots
-	}
-	return opts, nil
-}
-
-// inspectInputs reads what to inspect: the SDS resources of --sds, then
-// each argument (a file, a directory, or - for standard input, the default
-// when it is not a terminal).
-func inspectInputs(cmd *cobra.Command, f *inspectFlags, args []string) ([]*inspect.Input, error) {
-	var inputs []*inspect.Input
 	if f.sds != "" {
-		ins, err := sdsInputs(cmd, f)
-		if err != nil {
-			return nil, err
-		}
-		inputs = append(inputs, ins...)
+		cfg.Sources = append(cfg.Sources, inspect.SDS(sdsfetch.Config{Socket: f.sds, Names: f.resources, Timeout: f.timeout}))
 	}
-	if len(args) == 0 && f.sds == "" {
-		if isTerminal(cmd.InOrStdin()) {
-			return nil, errors.New("inspect: nothing to inspect: give FILE, DIR, - (standard input) or --sds SOCKET")
-		}
-		args = []string{"-"}
-	}
-	for _, arg := range args {
-		if arg == "-" {
-			data, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxStdin))
-			if err != nil {
-				return nil, fmt.Errorf("inspect: stdin: %v", err)
-			}
-			in, err := inspect.ParsePEM("-", data)
-			if err != nil {
-				return nil, err
-			}
-			inputs = append(inputs, in)
-			continue
-		}
-		ins, err := inspect.Load(arg)
-		if err != nil {
-			return nil, err
-		}
-		inputs = append(inputs, ins...)
-	}
-	return inputs, nil
-}
-
-// inspectExit maps the report to the documented exit status.
-func inspectExit(rep *inspect.Report) error {
-	bad, soon := 0, 0
-	for _, r := range rep.Results {
-		if !r.Valid {
-			bad++
-		}
-		for _, p := range r.Problems {
-			if p.Code == inspect.CodeExpiring {
-				soon++
-				break
-			}
-		}
-	}
-	switch rep.Status {
-	case inspect.StatusInvalid:
-		return &exitError{code: exitInspectInvalid, err: fmt.Errorf("inspect: %d of %d input(s) invalid", bad, len(rep.Results))}
-	case inspect.StatusExpiring:
-		return &exitError{code: exitInspectExpiring, err: fmt.Errorf("inspect: %d of %d input(s) expire within %s", soon, len(rep.Results), rep.ExpiresWithin)}
-	}
-	return nil
-}
-
-func loadOne(path string) (*inspect.Input, error) {
-	ins, err := inspect.Load(path)
-	if err != nil {
-		return nil, err
-	}
-	if len(ins) != 1 {
-		return nil, fmt.Errorf("inspect: %s: want a PEM file, not a directory", path)
-	}
-	return ins[0], nil
-}
-
-// sdsInputs fetches the SDS resources and turns them into inputs: a
-// tls_certificate is a chain with its key, verified against the validation
-// contexts fetched alongside (normally ROOTCA).
-func sdsInputs(cmd *cobra.Command, f *inspectFlags) ([]*inspect.Input, error) {
-	secrets, err := sdsfetch.Fetch(cmd.Context(), sdsfetch.Config{Socket: f.sds, Names: f.resources, Timeout: f.timeout})
-	if err != nil {
-		return nil, errors.New("inspect: SDS " + strings.TrimPrefix(err.Error(), "sdsfetch: "))
-	}
-	var (
-		inputs    []*inspect.Input
-		roots     []*x509.Certificate
-		rootNames []string
-	)
-	for _, s := range secrets {
-		switch s.Kind {
-		case sdsfetch.KindTLSCertificate:
-			inputs = append(inputs, &inspect.Input{Name: s.Name, Origin: inspect.OriginSDS, Certs: s.Chain, Key: s.Key})
-		case sdsfetch.KindValidationContext:
-			inputs = append(inputs, &inspect.Input{Name: s.Name, Origin: inspect.OriginSDS, Certs: s.Roots, Bundle: true})
-			roots = append(roots, s.Roots...)
-			rootNames = append(rootNames, s.Name)
-		default:
-			return nil, fmt.Errorf("inspect: SDS %s: resource %q holds no certificates (session ticket keys or a generic secret)", f.sds, s.Name)
-		}
-	}
-	for _, in := range inputs {
-		if !in.Bundle {
-			in.Roots, in.RootsName = roots, strings.Join(rootNames, "+")
-		}
-	}
-	return inputs, nil
-}
-
-// isTerminal reports whether r is an interactive terminal, in which case
-// inspect does not wait for input nobody is going to type.
-func isTerminal(r io.Reader) bool {
-	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// dayDuration is a time.Duration flag that also takes whole days ("7d"),
-// the unit certificate lifetimes are usually thought in.
-type dayDuration time.Duration
-
-func (d *dayDuration) String() string {
-	if *d == 0 {
-		return "0" // pflag's zero value: no "(default ...)" in the help
-	}
-	return time.Duration(*d).String()
-}
-
-func (d *dayDuration) Set(s string) error {
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.ParseUint(days, 10, 32)
-		if err != nil {
-			return fmt.Errorf("invalid duration %q", s)
-		}
-		*d = dayDuration(time.Duration(n) * 24 * time.Hour)
-		return nil
-	}
-	v, err := time.ParseDuration(s)
+	rep, err := inspect.Run(cmd.Context(), cfg)
 	if err != nil {
 		return err
 	}
-	if v < 0 {
-		return fmt.Errorf("negative duration %q", s)
+	code := map[inspect.Status]int{inspect.StatusInvalid: exitInspectInvalid, inspect.StatusExpiring: exitInspectExpiring}[rep.Status]
+	if err := rep.Err(); err != nil {
+		return &exitError{code: code, err: err}
 	}
-	*d = dayDuration(v)
 	return nil
 }
-
-func (d *dayDuration) Type() string { return "duration" }

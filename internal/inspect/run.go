@@ -10,7 +10,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/meshid/meshid/internal/sdsfetch"
+	"github.com/meshid/meshid/sds/sdsfetch"
 )
 
 // MaxStdin bounds what Run reads from standard input.

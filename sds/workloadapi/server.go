@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/connlimit"
 	"github.com/meshid/meshid/internal/unixsock"
 	"github.com/meshid/meshid/sds/secretcache"
 )
@@ -184,7 +185,9 @@ func (s *Server) Listen() error {
 	if err != nil {
 		return fmt.Errorf("workloadapi: %w", err)
 	}
-	s.ln = newLimitListener(ln, s.maxConns, s.refuseConn)
+	// A connection beyond the cap is closed at once (see connlimit), so
+	// that clients fail fast instead of queueing unanswered.
+	s.ln = connlimit.New(ln, connlimit.Config{Max: s.maxConns, Refused: s.refuseConn})
 	s.sock = fi
 	close(s.ready)
 	s.log.Info("Workload API socket listening", "path", s.path, "mode", fmt.Sprintf("%#o", s.mode))
@@ -194,7 +197,7 @@ func (s *Server) Listen() error {
 // refuseConn counts a connection refused by the cap and warns at most once
 // a minute (with the count since the last warning), so that a client
 // hammering the socket cannot flood the log.
-func (s *Server) refuseConn() {
+func (s *Server) refuseConn(string) {
 	s.metrics.refused.WithLabelValues(reasonConnections).Inc()
 	now := s.clock.Now()
 	s.warnMu.Lock()

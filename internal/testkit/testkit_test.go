@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
 )
 
@@ -176,5 +178,20 @@ func TestHTTP(t *testing.T) {
 	r := call(t, func(tb testing.TB) { testkit.HTTP(tb, http.MethodGet, srv.URL+"/readyz") })
 	if !strings.Contains(r.failures(), "connect") {
 		t.Fatalf("a request to a closed server did not fail the test: %q", r.failures())
+	}
+}
+
+// TestClockWaits: WaitForTimers returns once the timers are set, and
+// NextDeadline returns the earliest. (Their failure takes Guard, 30s, so it
+// is not tested here.)
+func TestClockWaits(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	go func() {
+		clk.NewTimer(2 * time.Hour)
+		clk.NewTimer(time.Hour)
+	}()
+	testkit.WaitForTimers(t, clk, 2, "two timers")
+	if d := testkit.NextDeadline(t, clk, "a timer"); !d.Equal(time.Unix(1e9, 0).Add(time.Hour)) {
+		t.Fatalf("NextDeadline = %v", d)
 	}
 }

@@ -64,12 +64,7 @@ func TestServerBoundedStop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := testkit.Go(func() (struct{}, error) { return struct{}{}, srv.Run(ctx) })
 	cancel()
-	guard := make(chan struct{})
-	timer := time.AfterFunc(testkit.Guard, func() { close(guard) })
-	defer timer.Stop()
-	if !clk.WaitForWaiters(1, guard) {
-		t.Fatal("Run did not wait on the shutdown timeout")
-	}
+	testkit.WaitForTimers(t, clk, 1, "Run's shutdown timer")
 	clk.Add(time.Second)
 	r := <-done
 	if r.Err == nil || !strings.HasPrefix(r.Err.Error(), "owner: shutdown took longer than 1s") {

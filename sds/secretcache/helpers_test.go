@@ -223,17 +223,7 @@ func (f *fixture) run(t *testing.T) {
 // deadline.
 func (f *fixture) parked(t *testing.T) time.Time {
 	t.Helper()
-	guard := make(chan struct{})
-	timer := time.AfterFunc(20*time.Second, func() { close(guard) })
-	defer timer.Stop()
-	if !f.clock.WaitForWaiters(1, guard) {
-		t.Fatal("scheduler did not park on a timer")
-	}
-	d, ok := f.clock.NextDeadline()
-	if !ok {
-		t.Fatal("no deadline")
-	}
-	return d
+	return testkit.NextDeadline(t, f.clock, "the scheduler's timer")
 }
 
 // watch registers a watcher that forwards to a channel.

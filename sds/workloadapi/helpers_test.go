@@ -87,17 +87,7 @@ func (a *agent) addr() spiffewl.ClientOption { return spiffewl.WithAddr("unix://
 // scheduler is parked on it: the renewal then pushes the new certificate.
 func (a *agent) rotate(t testing.TB) {
 	t.Helper()
-	guard := make(chan struct{})
-	timer := time.AfterFunc(testkit.Guard, func() { close(guard) })
-	defer timer.Stop()
-	if !a.clock.WaitForWaiters(1, guard) {
-		t.Fatal("the Manager's scheduler did not park on a timer")
-	}
-	d, ok := a.clock.NextDeadline()
-	if !ok {
-		t.Fatal("no deadline")
-	}
-	a.clock.Set(d)
+	a.clock.Set(testkit.NextDeadline(t, a.clock, "the Manager's renewal timer"))
 }
 
 // raw dials the socket with a plain gRPC client.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -193,5 +194,24 @@ func TestClockWaits(t *testing.T) {
 	testkit.WaitForTimers(t, clk, 2, "two timers")
 	if d := testkit.NextDeadline(t, clk, "a timer"); !d.Equal(time.Unix(1e9, 0).Add(time.Hour)) {
 		t.Fatalf("NextDeadline = %v", d)
+	}
+}
+
+// TestStaysOutOfBinaries: the production binaries link neither testkit
+// (test helpers) nor the bench tools (which bring the charts); see
+// docs/architecture.md.
+func TestStaysOutOfBinaries(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/meshid/meshid/cmd/meshid", "github.com/meshid/meshid/cmd/meshid-agent").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 10 {
+		t.Fatalf("go list -deps listed %d packages", len(deps))
+	}
+	for _, dep := range deps {
+		if dep == "github.com/meshid/meshid/internal/testkit" || strings.HasPrefix(dep, "github.com/meshid/meshid/bench/") {
+			t.Errorf("a production binary links %s", dep)
+		}
 	}
 }

@@ -210,15 +210,7 @@ func parseCerts(t testing.TB, data []byte) []*x509.Certificate {
 }
 
 func sameCerts(a, b []*x509.Certificate) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !bytes.Equal(a[i].Raw, b[i].Raw) {
-			return false
-		}
-	}
-	return true
+	return slices.EqualFunc(a, b, (*x509.Certificate).Equal)
 }
 
 func pemCerts(cs ...*x509.Certificate) []byte {

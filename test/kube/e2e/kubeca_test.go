@@ -7,6 +7,7 @@ import (
 	"crypto/x509/pkix"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -130,15 +131,7 @@ func signsUnder(ctx context.Context, s *caServer, token string, id spiffeid.ID, 
 }
 
 func sameCerts(a, b []*x509.Certificate) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !a[i].Equal(b[i]) {
-			return false
-		}
-	}
-	return true
+	return slices.EqualFunc(a, b, (*x509.Certificate).Equal)
 }
 
 // pluggedCA makes an operator's CA in Istio's cacerts layout: a root and an

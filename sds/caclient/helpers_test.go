@@ -26,6 +26,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/sds/caclient"
 )
 
 // hierarchy is a root, an intermediate under it, and a serving certificate,
@@ -91,6 +92,15 @@ type testCA struct {
 	srv     *grpc.Server
 	reqs    []request
 	respond func(csr *x509.CertificateRequest, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error)
+}
+
+// clientConfig is the Config of a client of ca: its address, its root and
+// a token file holding "t".
+func (ca *testCA) clientConfig(t *testing.T) caclient.Config {
+	t.Helper()
+	tok := tokenPath(t)
+	writeToken(t, tok, "t")
+	return caclient.Config{Addr: ca.addr, Roots: []*x509.Certificate{ca.h.root}, TokenFile: tok}
 }
 
 // startCA serves on 127.0.0.1:0 with a serving certificate for dnsNames and

@@ -12,7 +12,6 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	spiffewl "github.com/spiffe/go-spiffe/v2/workloadapi"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/meshid/meshid/ca"
@@ -93,12 +92,7 @@ func (a *agent) rotate(t testing.TB) {
 // raw dials the socket with a plain gRPC client.
 func raw(t testing.TB, path string) workloadpb.SpiffeWorkloadAPIClient {
 	t.Helper()
-	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return workloadpb.NewSpiffeWorkloadAPIClient(conn)
+	return workloadpb.NewSpiffeWorkloadAPIClient(testkit.DialUnix(t, path))
 }
 
 // firstResponse opens FetchX509SVID (i even) or FetchX509Bundles (i odd)

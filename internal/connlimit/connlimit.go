@@ -50,10 +50,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		ip := PeerIP(c.RemoteAddr())
 		if reason, ok := l.admit(ip); !ok {
-			c.Close()
+			// Refused first: once closed, the client may already look
+			// at what Refused records (a metric).
 			if l.cfg.Refused != nil {
 				l.cfg.Refused(reason)
 			}
+			c.Close()
 			continue
 		}
 		return &conn{Conn: c, l: l, ip: ip}, nil

@@ -2,6 +2,7 @@ package testkit_test
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
 )
@@ -207,5 +209,17 @@ func TestStaysOutOfBinaries(t *testing.T) {
 		if dep == "github.com/meshid/meshid/internal/testkit" || strings.HasPrefix(dep, "github.com/meshid/meshid/bench/") {
 			t.Errorf("a production binary links %s", dep)
 		}
+	}
+}
+
+// TestRoot: Root makes a self-signed CA certificate of its key, a new
+// P-256 one when the spec has none.
+func TestRoot(t *testing.T) {
+	root, key := testkit.Root(t, certs.CASpec{NotBefore: time.Now(), TTL: time.Hour, MaxPathLen: -1})
+	if !root.IsCA || root.CheckSignatureFrom(root) != nil || !certs.KeyMatches(root.PublicKey, key) {
+		t.Fatalf("root IsCA %v, self-signed %v", root.IsCA, root.CheckSignatureFrom(root))
+	}
+	if _, ok := key.Public().(*ecdsa.PublicKey); !ok {
+		t.Fatalf("key %T, want ECDSA", key.Public())
 	}
 }

@@ -38,12 +38,8 @@ type hierarchy struct {
 
 func newHierarchy(t *testing.T) *hierarchy {
 	t.Helper()
-	rootKey, _ := certs.GenerateKey(certs.ECP256)
 	now := time.Now()
-	root, err := certs.NewRootCA(certs.CASpec{Subject: pkix.Name{CommonName: "test root"}, Key: rootKey, NotBefore: now.Add(-time.Hour), TTL: 24 * time.Hour, MaxPathLen: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, rootKey := testkit.Root(t, certs.CASpec{Subject: pkix.Name{CommonName: "test root"}, NotBefore: now.Add(-time.Hour), TTL: 24 * time.Hour, MaxPathLen: -1})
 	interKey, _ := certs.GenerateKey(certs.ECP256)
 	inter, err := certs.NewIntermediateCA(certs.CASpec{Subject: pkix.Name{CommonName: "test intermediate"}, Key: interKey, NotBefore: now.Add(-time.Hour), TTL: 24 * time.Hour, MaxPathLen: 0}, root, rootKey)
 	if err != nil {

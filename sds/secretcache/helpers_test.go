@@ -61,14 +61,7 @@ func newTestCA(t testing.TB, clk clock.Clock) *testCA {
 // newRoot replaces the CA with a fresh root, as a root rotation would.
 func (ca *testCA) newRoot(t testing.TB) *x509.Certificate {
 	t.Helper()
-	key, err := certs.GenerateKey(certs.ECP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := certs.NewRootCA(certs.CASpec{Key: key, NotBefore: ca.clock.Now().Add(-time.Hour), TTL: 10 * 365 * 24 * time.Hour, MaxPathLen: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, key := testkit.Root(t, certs.CASpec{NotBefore: ca.clock.Now().Add(-time.Hour), TTL: 10 * 365 * 24 * time.Hour, MaxPathLen: -1})
 	ca.mu.Lock()
 	ca.root, ca.rootKey = root, key
 	ca.mu.Unlock()

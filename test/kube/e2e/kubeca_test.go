@@ -1,14 +1,11 @@
 package e2e_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
-	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,22 +44,8 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(cont
 	}
 }
 
-// metric reads one unlabelled sample from a /metrics page.
-func metric(monitor, name string) (float64, error) {
-	resp, err := http.Get("http://" + monitor + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, fmt.Errorf("metric %s not exposed", name)
-}
+// metric reads an unlabelled metric (its one sample) from a /metrics page.
+func metric(monitor, name string) (float64, error) { return metricSum(monitor, name) }
 
 // secretRoots returns the roots of a CA Secret in the cacerts layout.
 func secretRoots(ctx context.Context, name string) ([]*x509.Certificate, error) {

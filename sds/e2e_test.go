@@ -173,13 +173,7 @@ func TestRotationPushArrivesBeforeExpiry(t *testing.T) {
 	c.ack()
 
 	// The scheduler parks on its renewal timer.
-	stopWait := make(chan struct{})
-	timer := time.AfterFunc(testkit.Guard, func() { close(stopWait) })
-	defer timer.Stop()
-	if !clk.WaitForWaiters(1, stopWait) {
-		t.Fatal("the Manager did not schedule a renewal")
-	}
-	renew, _ := clk.NextDeadline()
+	renew := testkit.NextDeadline(t, clk, "the Manager's renewal timer")
 	life := old.NotAfter.Sub(old.NotBefore)
 	lo, hi := old.NotBefore.Add(life*49/100), old.NotBefore.Add(life*51/100)
 	if renew.Before(lo) || renew.After(hi) {

@@ -86,12 +86,7 @@ func startUntilStopped(t testing.TB, src sds.Source, opts ...harnessOpt) *harnes
 	return h
 }
 
-func dial(t testing.TB, path string) *grpc.ClientConn {
-	t.Helper()
-	conn := dialUntilClosed(t, path)
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
+func dial(t testing.TB, path string) *grpc.ClientConn { return testkit.DialUnix(t, path) }
 
 func dialUntilClosed(t testing.TB, path string) *grpc.ClientConn {
 	t.Helper()

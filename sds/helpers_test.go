@@ -51,14 +51,7 @@ func newPKI(t testing.TB, clk clock.Clock) *pki {
 // newRoot replaces the root: later certificates chain to the new one.
 func (p *pki) newRoot(t testing.TB) {
 	t.Helper()
-	key, err := certs.GenerateKey(certs.ECP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := certs.NewRootCA(certs.CASpec{Key: key, NotBefore: p.clock.Now().Add(-time.Hour), TTL: 10 * 365 * 24 * time.Hour, MaxPathLen: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, key := testkit.Root(t, certs.CASpec{NotBefore: p.clock.Now().Add(-time.Hour), TTL: 10 * 365 * 24 * time.Hour, MaxPathLen: -1})
 	p.mu.Lock()
 	p.root, p.rootKey = root, key
 	p.mu.Unlock()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -78,8 +77,7 @@ type Server struct {
 	secretv3.UnimplementedSecretDiscoveryServiceServer
 
 	src     Source
-	path    string
-	mode    os.FileMode
+	sock    *unixsock.Server
 	log     *slog.Logger
 	clock   clock.Clock
 	metrics *metrics
@@ -87,17 +85,10 @@ type Server struct {
 	grpc    *grpc.Server
 	fetches atomic.Uint64 // nonces of FetchSecrets responses
 
-	maxNames        int
-	shutdownTimeout time.Duration
+	maxNames int
 
 	fetchWarnMu sync.Mutex
 	fetchWarns  *warnLimiter
-
-	mu    sync.Mutex
-	ln    net.Listener
-	sock  os.FileInfo
-	ran   bool
-	ready chan struct{}
 }
 
 // New validates cfg and returns a Server. It starts nothing; call Listen
@@ -109,13 +100,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SocketPath == "" {
 		return nil, errors.New("sds: Config.SocketPath is required")
 	}
-	if len(cfg.SocketPath) > unixsock.MaxPath {
-		return nil, fmt.Errorf("sds: socket path %q is longer than %d bytes", cfg.SocketPath, unixsock.MaxPath)
+	if err := unixsock.CheckPath(cfg.SocketPath); err != nil {
+		return nil, fmt.Errorf("sds: %w", err)
 	}
-	mode := cfg.SocketMode
-	mode = cmp.Or(mode, DefaultSocketMode)
-	if mode&^os.ModePerm != 0 || mode&0o007 != 0 || mode&0o600 != 0o600 {
-		return nil, fmt.Errorf("sds: socket mode %#o: want owner read-write and no access for others, such as 0600 or 0660", mode)
+	mode := cmp.Or(cfg.SocketMode, DefaultSocketMode)
+	if err := unixsock.CheckMode(mode); err != nil {
+		return nil, fmt.Errorf("sds: %w", err)
 	}
 	if cfg.MaxResourceNames < 0 || cfg.ShutdownTimeout < 0 {
 		return nil, errors.New("sds: Config.MaxResourceNames and ShutdownTimeout must not be negative")
@@ -135,17 +125,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		src:     cfg.Source,
-		path:    cfg.SocketPath,
-		mode:    mode,
 		log:     log,
 		clock:   clock.OrReal(cfg.Clock),
 		metrics: m,
 		hub:     newHub(cfg.Source),
-		ready:   make(chan struct{}),
 
-		maxNames:        maxNames,
-		shutdownTimeout: shutdown,
-		fetchWarns:      newWarnLimiter(),
+		maxNames:   maxNames,
+		fetchWarns: newWarnLimiter(),
 	}
 	s.grpc = grpc.NewServer(
 		// Stop waits for the stream handlers, which release their
@@ -155,79 +141,30 @@ func New(cfg Config) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	secretv3.RegisterSecretDiscoveryServiceServer(s.grpc, s)
+	// The socket's life (listen, serve, a bounded Stop, removal) is
+	// unixsock.Server's; proxies reconnect to the next agent.
+	s.sock = unixsock.NewServer(unixsock.ServerConfig{
+		Name: "sds", Label: "SDS", Path: cfg.SocketPath, Mode: mode, Serve: s.grpc,
+		ShutdownTimeout: shutdown, Clock: s.clock, Logger: log,
+	})
 	return s, nil
 }
 
 // Listen creates the socket (see Config). It is called by Run when needed;
 // calling it first lets the caller know the socket accepts connections
 // before Run. It fails when another agent serves on the socket.
-func (s *Server) Listen() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ln != nil {
-		return nil
-	}
-	ln, fi, err := unixsock.Listen(s.path, s.mode)
-	if err != nil {
-		return err
-	}
-	s.ln, s.sock = ln, fi
-	close(s.ready)
-	s.log.Info("SDS socket listening", "path", s.path, "mode", fmt.Sprintf("%#o", s.mode))
-	return nil
-}
+func (s *Server) Listen() error { return s.sock.Listen() }
 
 // debug reports whether debug logs are wanted, so that hot paths build no
 // log arguments for nothing.
 func (s *Server) debug() bool { return s.log.Enabled(context.Background(), slog.LevelDebug) }
 
 // Ready is closed once the socket listens.
-func (s *Server) Ready() <-chan struct{} { return s.ready }
+func (s *Server) Ready() <-chan struct{} { return s.sock.Ready() }
 
 // SocketPath returns the socket's path.
-func (s *Server) SocketPath() string { return s.path }
+func (s *Server) SocketPath() string { return s.sock.Path() }
 
 // Run serves until ctx is done, then closes every stream and removes the
 // socket. It returns nil after ctx ends.
-func (s *Server) Run(ctx context.Context) error {
-	if err := s.Listen(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	if s.ran {
-		s.mu.Unlock()
-		return errors.New("sds: Run called twice")
-	}
-	s.ran = true
-	ln, sock := s.ln, s.sock
-	s.mu.Unlock()
-
-	served := make(chan error, 1)
-	go func() { served <- s.grpc.Serve(ln) }()
-	var err error
-	serveEnded := false
-	select {
-	case err = <-served: // Serve failed by itself
-		serveEnded = true
-	case <-ctx.Done():
-	}
-	// Streams are endless, so a graceful stop would wait forever; proxies
-	// reconnect to the next agent. Stop closes every connection and waits
-	// for the handlers (WaitForHandlers), which a client cannot hold up:
-	// a blocked send fails with its transport and a handler waiting for a
-	// secret waits with the stream's context. The bound covers the rest.
-	if !clock.Within(s.clock, s.shutdownTimeout, s.grpc.Stop) {
-		unixsock.Remove(s.path, sock)
-		s.log.Error("SDS server did not stop in time; leaving its handlers behind", "timeout", s.shutdownTimeout)
-		return fmt.Errorf("sds: shutdown took longer than %s", s.shutdownTimeout)
-	}
-	if !serveEnded {
-		<-served // returns once Stop is done
-	}
-	unixsock.Remove(s.path, sock)
-	if ctx.Err() != nil {
-		s.log.Info("SDS server stopped")
-		return nil
-	}
-	return fmt.Errorf("sds: serve: %w", err)
-}
+func (s *Server) Run(ctx context.Context) error { return s.sock.Run(ctx) }

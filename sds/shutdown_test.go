@@ -148,12 +148,7 @@ func TestShutdownBounded(t *testing.T) {
 	}()
 	<-src.entered
 	cancel()
-	guard := make(chan struct{})
-	timer := time.AfterFunc(testkit.Guard, func() { close(guard) })
-	defer timer.Stop()
-	if !clk.WaitForWaiters(1, guard) {
-		t.Fatal("Run set no shutdown timer")
-	}
+	testkit.WaitForTimers(t, clk, 1, "Run's shutdown timer")
 	select {
 	case err := <-done:
 		t.Fatalf("Run returned before the timeout although a handler is stuck: %v", err)
@@ -165,7 +160,7 @@ func TestShutdownBounded(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "shutdown took longer than 5s") {
 			t.Fatalf("Run = %v, want the shutdown time-out", err)
 		}
-	case <-guard:
+	case <-time.After(testkit.Guard):
 		t.Fatal("Run did not return after the shutdown timeout")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/meshid/meshid/certs"
@@ -162,15 +163,7 @@ func selfSigned(c *x509.Certificate) bool {
 }
 
 func sameCerts(a, b []*x509.Certificate) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !a[i].Equal(b[i]) {
-			return false
-		}
-	}
-	return true
+	return slices.EqualFunc(a, b, (*x509.Certificate).Equal)
 }
 
 func containsCert(list []*x509.Certificate, c *x509.Certificate) bool {

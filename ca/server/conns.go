@@ -10,20 +10,16 @@ import (
 	"google.golang.org/grpc/stats"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/connlimit"
 	"github.com/meshid/meshid/internal/metric"
 )
 
 // Connection limits (issue 9, hole 10): 4,000 idle, handshaken connections
 // held 200 MB of the CA. connLimiter bounds the connections open at once,
-// in all and per peer IP, and closes a connection that has not begun a
-// request within the first-request timeout (which includes its TLS
-// handshake).
-//
-// netutil.LimitListener is not used: it blocks Accept at the limit, so
-// excess connections queue in the kernel and a client whose connection is
-// finally accepted may find it stale; and it has no per-IP limit, so one
-// peer can take every slot. Here an excess connection is closed at once,
-// and the client sees Unavailable and retries with its backoff.
+// in all and per peer IP (internal/connlimit, which closes an excess
+// connection at once: the client sees Unavailable and retries with its
+// backoff), and closes a connection that has not begun a request within the
+// first-request timeout (which includes its TLS handshake).
 type connLimiter struct {
 	max, perIP   int
 	firstRequest time.Duration
@@ -31,8 +27,6 @@ type connLimiter struct {
 	metrics      *connMetrics
 
 	mu    sync.Mutex
-	total int
-	byIP  map[string]int
 	conns map[string]*trackedConn // by remote address, for the stats handler
 }
 
@@ -44,8 +38,8 @@ type connMetrics struct {
 // Reasons a connection is refused or closed, the values of the reason
 // label of meshid_ca_connections_refused_total.
 const (
-	refusedGlobal       = "limit"
-	refusedPerIP        = "per_ip_limit"
+	refusedGlobal       = connlimit.ReasonTotal
+	refusedPerIP        = connlimit.ReasonPerIP
 	refusedFirstRequest = "first_request_timeout"
 )
 
@@ -63,41 +57,29 @@ func newConnMetrics() (*connMetrics, []prometheus.Collector) {
 }
 
 func newConnLimiter(max, perIP int, firstRequest time.Duration, clk clock.Clock, m *connMetrics) *connLimiter {
-	return &connLimiter{max: max, perIP: perIP, firstRequest: firstRequest, clock: clk, metrics: m, byIP: map[string]int{}, conns: map[string]*trackedConn{}}
-}
-
-// admit takes a slot for a connection from ip, or says which limit is full.
-func (l *connLimiter) admit(ip string) (reason string, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.total >= l.max:
-		return refusedGlobal, false
-	case l.byIP[ip] >= l.perIP:
-		return refusedPerIP, false
-	}
-	l.total++
-	l.byIP[ip]++
-	l.metrics.open.Inc()
-	return "", true
+	return &connLimiter{max: max, perIP: perIP, firstRequest: firstRequest, clock: clk, metrics: m, conns: map[string]*trackedConn{}}
 }
 
 func (l *connLimiter) release(c *trackedConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.total--
-	if l.byIP[c.ip]--; l.byIP[c.ip] <= 0 {
-		delete(l.byIP, c.ip)
-	}
 	if l.conns[c.key] == c {
 		delete(l.conns, c.key)
 	}
 	l.metrics.open.Dec()
 }
 
-// listener wraps ln so that every accepted connection is admitted by l.
+// listener wraps ln so that every accepted connection is within the caps
+// and watched until its first request.
 func (l *connLimiter) listener(ln net.Listener) net.Listener {
-	return &limitListener{Listener: ln, l: l}
+	return &limitListener{
+		Listener: connlimit.New(ln, connlimit.Config{
+			Max:     l.max,
+			PerIP:   l.perIP,
+			Refused: func(reason string) { l.metrics.refused[reason].Inc() },
+		}),
+		l: l,
+	}
 }
 
 type limitListener struct {
@@ -106,43 +88,25 @@ type limitListener struct {
 }
 
 func (ll *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := ll.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		ip := peerIP(c.RemoteAddr())
-		if reason, ok := ll.l.admit(ip); !ok {
-			ll.l.metrics.refused[reason].Inc()
-			c.Close()
-			continue
-		}
-		tc := &trackedConn{Conn: c, l: ll.l, ip: ip, key: c.RemoteAddr().String(), served: make(chan struct{}), closed: make(chan struct{})}
-		ll.l.mu.Lock()
-		ll.l.conns[tc.key] = tc
-		ll.l.mu.Unlock()
-		timer := ll.l.clock.NewTimer(ll.l.firstRequest)
-		go tc.watch(timer)
-		return tc, nil
-	}
-}
-
-func peerIP(a net.Addr) string {
-	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.IP.String()
-	}
-	host, _, err := net.SplitHostPort(a.String())
+	c, err := ll.Listener.Accept()
 	if err != nil {
-		return a.String()
+		return nil, err
 	}
-	return host
+	tc := &trackedConn{Conn: c, l: ll.l, key: c.RemoteAddr().String(), served: make(chan struct{}), closed: make(chan struct{})}
+	ll.l.mu.Lock()
+	ll.l.conns[tc.key] = tc
+	ll.l.mu.Unlock()
+	ll.l.metrics.open.Inc()
+	timer := ll.l.clock.NewTimer(ll.l.firstRequest)
+	go tc.watch(timer)
+	return tc, nil
 }
 
 // trackedConn is an admitted connection.
 type trackedConn struct {
-	net.Conn
-	l       *connLimiter
-	ip, key string
+	net.Conn // a connlimit connection: its Close gives the slot back
+	l        *connLimiter
+	key      string
 
 	serveOnce sync.Once
 	served    chan struct{} // closed at its first request

@@ -1,25 +1,14 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/meshid/meshid/cmd/internal/cli"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newCmd(cli.RunAgent).ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "meshid-agent:", err)
-		os.Exit(1)
-	}
-}
+func main() { os.Exit(cli.Execute(newCmd(cli.RunAgent), os.Stderr, nil)) }
 
 // newCmd is the agent command as the binary's root.
 func newCmd(run cli.AgentRun) *cobra.Command {

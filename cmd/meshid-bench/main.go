@@ -1,18 +1,9 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/meshid/meshid/cmd/internal/cli"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newBenchCmd().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "meshid-bench:", err)
-		os.Exit(1)
-	}
-}
+func main() { os.Exit(cli.Execute(newBenchCmd(), os.Stderr, nil)) }

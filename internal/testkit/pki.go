@@ -34,3 +34,17 @@ func Certificate(t testing.TB, tmpl, parent *x509.Certificate, pub crypto.Public
 	}
 	return c
 }
+
+// Root returns the self-signed CA certificate of spec and its key (a new
+// ECDSA P-256 key when spec.Key is nil), failing the test on error.
+func Root(t testing.TB, spec certs.CASpec) (*x509.Certificate, crypto.Signer) {
+	t.Helper()
+	if spec.Key == nil {
+		spec.Key = Key(t, certs.ECP256)
+	}
+	root, err := certs.NewRootCA(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, spec.Key
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // ShortDir returns a new directory with a short path, removed when the test
@@ -36,4 +37,16 @@ func ServeUnix(t testing.TB, register func(*grpc.Server)) string {
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	return path
+}
+
+// DialUnix returns a gRPC client connection, without TLS, to the Unix
+// socket at path (an SDS or Workload API socket), closed when the test ends.
+func DialUnix(t testing.TB, path string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }

@@ -2,23 +2,27 @@ package testkit_test
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
 )
 
@@ -142,12 +146,7 @@ func TestServeUnix(t *testing.T) {
 	if len(path) > 107 {
 		t.Fatalf("socket path %d bytes long: %s", len(path), path)
 	}
-	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	resp, err := healthpb.NewHealthClient(testkit.DialUnix(t, path)).Check(context.Background(), &healthpb.HealthCheckRequest{})
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("Check = %v, %v", resp, err)
 	}
@@ -176,5 +175,51 @@ func TestHTTP(t *testing.T) {
 	r := call(t, func(tb testing.TB) { testkit.HTTP(tb, http.MethodGet, srv.URL+"/readyz") })
 	if !strings.Contains(r.failures(), "connect") {
 		t.Fatalf("a request to a closed server did not fail the test: %q", r.failures())
+	}
+}
+
+// TestClockWaits: WaitForTimers returns once the timers are set, and
+// NextDeadline returns the earliest. (Their failure takes Guard, 30s, so it
+// is not tested here.)
+func TestClockWaits(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	go func() {
+		clk.NewTimer(2 * time.Hour)
+		clk.NewTimer(time.Hour)
+	}()
+	testkit.WaitForTimers(t, clk, 2, "two timers")
+	if d := testkit.NextDeadline(t, clk, "a timer"); !d.Equal(time.Unix(1e9, 0).Add(time.Hour)) {
+		t.Fatalf("NextDeadline = %v", d)
+	}
+}
+
+// TestStaysOutOfBinaries: the production binaries link neither testkit
+// (test helpers) nor the bench tools (which bring the charts); see
+// docs/architecture.md.
+func TestStaysOutOfBinaries(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/meshid/meshid/cmd/meshid", "github.com/meshid/meshid/cmd/meshid-agent").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 10 {
+		t.Fatalf("go list -deps listed %d packages", len(deps))
+	}
+	for _, dep := range deps {
+		if dep == "github.com/meshid/meshid/internal/testkit" || strings.HasPrefix(dep, "github.com/meshid/meshid/bench/") {
+			t.Errorf("a production binary links %s", dep)
+		}
+	}
+}
+
+// TestRoot: Root makes a self-signed CA certificate of its key, a new
+// P-256 one when the spec has none.
+func TestRoot(t *testing.T) {
+	root, key := testkit.Root(t, certs.CASpec{NotBefore: time.Now(), TTL: time.Hour, MaxPathLen: -1})
+	if !root.IsCA || root.CheckSignatureFrom(root) != nil || !certs.KeyMatches(root.PublicKey, key) {
+		t.Fatalf("root IsCA %v, self-signed %v", root.IsCA, root.CheckSignatureFrom(root))
+	}
+	if _, ok := key.Public().(*ecdsa.PublicKey); !ok {
+		t.Fatalf("key %T, want ECDSA", key.Public())
 	}
 }

@@ -84,9 +84,7 @@ func TestSign(t *testing.T) {
 
 func TestNoClusterIDNoMetadata(t *testing.T) {
 	ca := startCA(t, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
-	tok := tokenPath(t)
-	writeToken(t, tok, "t")
-	c := newClient(t, caclient.Config{Addr: ca.addr, Roots: []*x509.Certificate{ca.h.root}, TokenFile: tok})
+	c := newClient(t, ca.clientConfig(t))
 	_, csr := newCSR(t, workload)
 	if _, _, err := c.Sign(context.Background(), csr, 0); err != nil {
 		t.Fatal(err)
@@ -171,10 +169,10 @@ func TestServerVerification(t *testing.T) {
 func TestInvalidResponses(t *testing.T) {
 	ca := startCA(t, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
 	other := newHierarchy(t)
-	tok := tokenPath(t)
-	writeToken(t, tok, "t")
 	reg := prometheus.NewRegistry()
-	c := newClient(t, caclient.Config{Addr: ca.addr, Roots: []*x509.Certificate{ca.h.root}, TokenFile: tok, Registerer: reg})
+	cfg := ca.clientConfig(t)
+	cfg.Registerer = reg
+	c := newClient(t, cfg)
 	h := ca.h
 	later := time.Now().Add(time.Hour)
 	leafFor := func(csr *x509.CertificateRequest) *x509.Certificate {
@@ -240,10 +238,8 @@ func TestInvalidResponses(t *testing.T) {
 
 func TestChainShapes(t *testing.T) {
 	ca := startCA(t, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
-	tok := tokenPath(t)
-	writeToken(t, tok, "t")
 	second := newHierarchy(t)
-	c := newClient(t, caclient.Config{Addr: ca.addr, Roots: []*x509.Certificate{ca.h.root}, TokenFile: tok})
+	c := newClient(t, ca.clientConfig(t))
 	h := ca.h
 	tests := []struct {
 		name              string
@@ -275,10 +271,10 @@ func TestChainShapes(t *testing.T) {
 
 func TestCodesPreserved(t *testing.T) {
 	ca := startCA(t, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
-	tok := tokenPath(t)
-	writeToken(t, tok, "t")
 	reg := prometheus.NewRegistry()
-	c := newClient(t, caclient.Config{Addr: ca.addr, Roots: []*x509.Certificate{ca.h.root}, TokenFile: tok, Registerer: reg})
+	cfg := ca.clientConfig(t)
+	cfg.Registerer = reg
+	c := newClient(t, cfg)
 	for _, code := range []codes.Code{codes.ResourceExhausted, codes.Unavailable, codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument} {
 		t.Run(code.String(), func(t *testing.T) {
 			ca.setRespond(func(*x509.CertificateRequest, *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {
@@ -298,9 +294,9 @@ func TestCodesPreserved(t *testing.T) {
 
 func TestTimeout(t *testing.T) {
 	ca := startCA(t, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
-	tok := tokenPath(t)
-	writeToken(t, tok, "t")
-	c := newClient(t, caclient.Config{Addr: ca.addr, Roots: []*x509.Certificate{ca.h.root}, TokenFile: tok, Timeout: 100 * time.Millisecond})
+	cfg := ca.clientConfig(t)
+	cfg.Timeout = 100 * time.Millisecond
+	c := newClient(t, cfg)
 	release := make(chan struct{})
 	defer close(release)
 	ca.setRespond(func(*x509.CertificateRequest, *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {
@@ -341,15 +337,12 @@ func TestBadCSR(t *testing.T) {
 
 func TestCARestart(t *testing.T) {
 	ca := startCA(t, nil, []net.IP{net.IPv4(127, 0, 0, 1)})
-	tok := tokenPath(t)
-	writeToken(t, tok, "t")
-	c := newClient(t, caclient.Config{Addr: ca.addr, Roots: []*x509.Certificate{ca.h.root}, TokenFile: tok})
+	c := newClient(t, ca.clientConfig(t))
 	// A second client waits for the connection instead of failing fast,
 	// so the test needs no polling to see the reconnection.
-	waiting := newClient(t, caclient.Config{
-		Addr: ca.addr, Roots: []*x509.Certificate{ca.h.root}, TokenFile: tok,
-		DialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.WaitForReady(true))},
-	})
+	cfg := ca.clientConfig(t)
+	cfg.DialOptions = []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.WaitForReady(true))}
+	waiting := newClient(t, cfg)
 	sign := func(c *caclient.Client) error {
 		_, csr := newCSR(t, workload)
 		_, _, err := c.Sign(context.Background(), csr, time.Hour)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/sds/caclient"
 )
 
 // hierarchy is a root, an intermediate under it, and a serving certificate,
@@ -37,12 +38,8 @@ type hierarchy struct {
 
 func newHierarchy(t *testing.T) *hierarchy {
 	t.Helper()
-	rootKey, _ := certs.GenerateKey(certs.ECP256)
 	now := time.Now()
-	root, err := certs.NewRootCA(certs.CASpec{Subject: pkix.Name{CommonName: "test root"}, Key: rootKey, NotBefore: now.Add(-time.Hour), TTL: 24 * time.Hour, MaxPathLen: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, rootKey := testkit.Root(t, certs.CASpec{Subject: pkix.Name{CommonName: "test root"}, NotBefore: now.Add(-time.Hour), TTL: 24 * time.Hour, MaxPathLen: -1})
 	interKey, _ := certs.GenerateKey(certs.ECP256)
 	inter, err := certs.NewIntermediateCA(certs.CASpec{Subject: pkix.Name{CommonName: "test intermediate"}, Key: interKey, NotBefore: now.Add(-time.Hour), TTL: 24 * time.Hour, MaxPathLen: 0}, root, rootKey)
 	if err != nil {
@@ -91,6 +88,15 @@ type testCA struct {
 	srv     *grpc.Server
 	reqs    []request
 	respond func(csr *x509.CertificateRequest, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error)
+}
+
+// clientConfig is the Config of a client of ca: its address, its root and
+// a token file holding "t".
+func (ca *testCA) clientConfig(t *testing.T) caclient.Config {
+	t.Helper()
+	tok := tokenPath(t)
+	writeToken(t, tok, "t")
+	return caclient.Config{Addr: ca.addr, Roots: []*x509.Certificate{ca.h.root}, TokenFile: tok}
 }
 
 // startCA serves on 127.0.0.1:0 with a serving certificate for dnsNames and

@@ -61,14 +61,7 @@ func newTestCA(t testing.TB, clk clock.Clock) *testCA {
 // newRoot replaces the CA with a fresh root, as a root rotation would.
 func (ca *testCA) newRoot(t testing.TB) *x509.Certificate {
 	t.Helper()
-	key, err := certs.GenerateKey(certs.ECP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := certs.NewRootCA(certs.CASpec{Key: key, NotBefore: ca.clock.Now().Add(-time.Hour), TTL: 10 * 365 * 24 * time.Hour, MaxPathLen: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, key := testkit.Root(t, certs.CASpec{NotBefore: ca.clock.Now().Add(-time.Hour), TTL: 10 * 365 * 24 * time.Hour, MaxPathLen: -1})
 	ca.mu.Lock()
 	ca.root, ca.rootKey = root, key
 	ca.mu.Unlock()
@@ -223,17 +216,7 @@ func (f *fixture) run(t *testing.T) {
 // deadline.
 func (f *fixture) parked(t *testing.T) time.Time {
 	t.Helper()
-	guard := make(chan struct{})
-	timer := time.AfterFunc(20*time.Second, func() { close(guard) })
-	defer timer.Stop()
-	if !f.clock.WaitForWaiters(1, guard) {
-		t.Fatal("scheduler did not park on a timer")
-	}
-	d, ok := f.clock.NextDeadline()
-	if !ok {
-		t.Fatal("no deadline")
-	}
-	return d
+	return testkit.NextDeadline(t, f.clock, "the scheduler's timer")
 }
 
 // watch registers a watcher that forwards to a channel.

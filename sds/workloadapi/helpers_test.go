@@ -12,7 +12,6 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	spiffewl "github.com/spiffe/go-spiffe/v2/workloadapi"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/meshid/meshid/ca"
@@ -87,28 +86,13 @@ func (a *agent) addr() spiffewl.ClientOption { return spiffewl.WithAddr("unix://
 // scheduler is parked on it: the renewal then pushes the new certificate.
 func (a *agent) rotate(t testing.TB) {
 	t.Helper()
-	guard := make(chan struct{})
-	timer := time.AfterFunc(testkit.Guard, func() { close(guard) })
-	defer timer.Stop()
-	if !a.clock.WaitForWaiters(1, guard) {
-		t.Fatal("the Manager's scheduler did not park on a timer")
-	}
-	d, ok := a.clock.NextDeadline()
-	if !ok {
-		t.Fatal("no deadline")
-	}
-	a.clock.Set(d)
+	a.clock.Set(testkit.NextDeadline(t, a.clock, "the Manager's renewal timer"))
 }
 
 // raw dials the socket with a plain gRPC client.
 func raw(t testing.TB, path string) workloadpb.SpiffeWorkloadAPIClient {
 	t.Helper()
-	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return workloadpb.NewSpiffeWorkloadAPIClient(conn)
+	return workloadpb.NewSpiffeWorkloadAPIClient(testkit.DialUnix(t, path))
 }
 
 // firstResponse opens FetchX509SVID (i even) or FetchX509Bundles (i odd)

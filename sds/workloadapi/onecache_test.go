@@ -10,8 +10,6 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	spiffewl "github.com/spiffe/go-spiffe/v2/workloadapi"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/testkit"
@@ -35,12 +33,7 @@ func TestOneRotationReachesSDSAndWorkloadAPI(t *testing.T) {
 	}
 	testkit.Run(t, "sds", sdsSrv.Run)
 
-	conn, err := grpc.NewClient("unix://"+sdsPath, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	stream, err := secretv3.NewSecretDiscoveryServiceClient(conn).StreamSecrets(ctx)
+	stream, err := secretv3.NewSecretDiscoveryServiceClient(testkit.DialUnix(t, sdsPath)).StreamSecrets(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package workloadapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/connlimit"
 	"github.com/meshid/meshid/internal/unixsock"
 	"github.com/meshid/meshid/sds/secretcache"
 )
@@ -83,27 +85,19 @@ type Config struct {
 type Server struct {
 	workloadpb.UnimplementedSpiffeWorkloadAPIServer
 
-	src             Source
-	path            string
-	mode            os.FileMode
-	maxConns        int
-	shutdownTimeout time.Duration
-	log             *slog.Logger
-	clock           clock.Clock
-	metrics         *metrics
-	grpc            *grpc.Server
-	streams         chan struct{} // a token per open stream
-	x509            responses
+	src      Source
+	sock     *unixsock.Server
+	maxConns int
+	log      *slog.Logger
+	clock    clock.Clock
+	metrics  *metrics
+	grpc     *grpc.Server
+	streams  chan struct{} // a token per open stream
+	x509     responses
 
 	warnMu       sync.Mutex
 	lastWarn     time.Time // of the last refused-connection warning
 	refusedSince int       // refused connections since lastWarn
-
-	mu    sync.Mutex
-	ln    net.Listener
-	sock  os.FileInfo
-	ran   bool
-	ready chan struct{}
 }
 
 // New validates cfg and returns a Server. It starts nothing; call Listen
@@ -115,27 +109,19 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SocketPath == "" {
 		return nil, errors.New("workloadapi: Config.SocketPath is required")
 	}
-	if len(cfg.SocketPath) > unixsock.MaxPath {
-		return nil, fmt.Errorf("workloadapi: socket path %q is longer than %d bytes", cfg.SocketPath, unixsock.MaxPath)
+	if err := unixsock.CheckPath(cfg.SocketPath); err != nil {
+		return nil, fmt.Errorf("workloadapi: %w", err)
 	}
-	if cfg.SocketMode == 0 {
-		cfg.SocketMode = DefaultSocketMode
-	}
+	cfg.SocketMode = cmp.Or(cfg.SocketMode, DefaultSocketMode)
 	if err := unixsock.CheckMode(cfg.SocketMode); err != nil {
 		return nil, fmt.Errorf("workloadapi: %w", err)
 	}
 	if cfg.MaxStreams < 0 || cfg.MaxConnections < 0 || cfg.ShutdownTimeout < 0 {
 		return nil, errors.New("workloadapi: Config.MaxStreams, MaxConnections and ShutdownTimeout must not be negative")
 	}
-	if cfg.MaxStreams == 0 {
-		cfg.MaxStreams = DefaultMaxStreams
-	}
-	if cfg.MaxConnections == 0 {
-		cfg.MaxConnections = DefaultMaxConnections
-	}
-	if cfg.ShutdownTimeout == 0 {
-		cfg.ShutdownTimeout = DefaultShutdownTimeout
-	}
+	cfg.MaxStreams = cmp.Or(cfg.MaxStreams, DefaultMaxStreams)
+	cfg.MaxConnections = cmp.Or(cfg.MaxConnections, DefaultMaxConnections)
+	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -145,16 +131,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		src:             cfg.Source,
-		path:            cfg.SocketPath,
-		mode:            cfg.SocketMode,
-		maxConns:        cfg.MaxConnections,
-		shutdownTimeout: cfg.ShutdownTimeout,
-		log:             log.With("component", "workloadapi"),
-		clock:           clock.OrReal(cfg.Clock),
-		metrics:         m,
-		streams:         make(chan struct{}, cfg.MaxStreams),
-		ready:           make(chan struct{}),
+		src:      cfg.Source,
+		maxConns: cfg.MaxConnections,
+		log:      log.With("component", "workloadapi"),
+		clock:    clock.OrReal(cfg.Clock),
+		metrics:  m,
+		streams:  make(chan struct{}, cfg.MaxStreams),
 	}
 	s.grpc = grpc.NewServer(
 		// Stop waits for the stream handlers, which cancel their watches,
@@ -168,33 +150,27 @@ func New(cfg Config) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	workloadpb.RegisterSpiffeWorkloadAPIServer(s.grpc, s)
+	s.sock = unixsock.NewServer(unixsock.ServerConfig{
+		Name: "workloadapi", Label: "Workload API", Path: cfg.SocketPath, Mode: cfg.SocketMode, Serve: s.grpc,
+		// A connection beyond the cap is closed at once (see connlimit),
+		// so that clients fail fast instead of queueing unanswered.
+		Wrap: func(ln net.Listener) net.Listener {
+			return connlimit.New(ln, connlimit.Config{Max: cfg.MaxConnections, Refused: s.refuseConn})
+		},
+		ShutdownTimeout: cfg.ShutdownTimeout, Clock: s.clock, Logger: s.log,
+	})
 	return s, nil
 }
 
 // Listen creates the socket (see Config). Run calls it when needed; calling
 // it first lets the caller know the socket accepts connections before Run.
 // It fails when another agent serves on the socket.
-func (s *Server) Listen() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ln != nil {
-		return nil
-	}
-	ln, fi, err := unixsock.Listen(s.path, s.mode)
-	if err != nil {
-		return fmt.Errorf("workloadapi: %w", err)
-	}
-	s.ln = newLimitListener(ln, s.maxConns, s.refuseConn)
-	s.sock = fi
-	close(s.ready)
-	s.log.Info("Workload API socket listening", "path", s.path, "mode", fmt.Sprintf("%#o", s.mode))
-	return nil
-}
+func (s *Server) Listen() error { return s.sock.Listen() }
 
 // refuseConn counts a connection refused by the cap and warns at most once
 // a minute (with the count since the last warning), so that a client
 // hammering the socket cannot flood the log.
-func (s *Server) refuseConn() {
+func (s *Server) refuseConn(string) {
 	s.metrics.refused.WithLabelValues(reasonConnections).Inc()
 	now := s.clock.Now()
 	s.warnMu.Lock()
@@ -210,50 +186,11 @@ func (s *Server) refuseConn() {
 }
 
 // Ready is closed once the socket listens.
-func (s *Server) Ready() <-chan struct{} { return s.ready }
+func (s *Server) Ready() <-chan struct{} { return s.sock.Ready() }
 
 // SocketPath returns the socket's path.
-func (s *Server) SocketPath() string { return s.path }
+func (s *Server) SocketPath() string { return s.sock.Path() }
 
 // Run serves until ctx is done, then closes every stream and removes the
 // socket. It returns nil after ctx ends.
-func (s *Server) Run(ctx context.Context) error {
-	if err := s.Listen(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	if s.ran {
-		s.mu.Unlock()
-		return errors.New("workloadapi: Run called twice")
-	}
-	s.ran = true
-	ln, sock := s.ln, s.sock
-	s.mu.Unlock()
-
-	served := make(chan error, 1)
-	go func() { served <- s.grpc.Serve(ln) }()
-	var err error
-	serveEnded := false
-	select {
-	case err = <-served:
-		serveEnded = true
-	case <-ctx.Done():
-	}
-	// Streams are endless, so a graceful stop would wait forever. Stop
-	// closes every connection and waits for the handlers, which return
-	// with their stream's context.
-	if !clock.Within(s.clock, s.shutdownTimeout, s.grpc.Stop) {
-		unixsock.Remove(s.path, sock)
-		s.log.Error("Workload API server did not stop in time; leaving its handlers behind", "timeout", s.shutdownTimeout)
-		return fmt.Errorf("workloadapi: shutdown took longer than %s", s.shutdownTimeout)
-	}
-	if !serveEnded {
-		<-served
-	}
-	unixsock.Remove(s.path, sock)
-	if ctx.Err() != nil {
-		s.log.Info("Workload API server stopped")
-		return nil
-	}
-	return fmt.Errorf("workloadapi: serve: %w", err)
-}
+func (s *Server) Run(ctx context.Context) error { return s.sock.Run(ctx) }

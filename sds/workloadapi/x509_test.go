@@ -1,7 +1,6 @@
 package workloadapi_test
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/tls"
@@ -10,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +74,7 @@ func TestFetchX509SVIDAndBundles(t *testing.T) {
 	if !ok {
 		t.Fatalf("no bundle for %s", td)
 	}
-	if !equalCerts(b.X509Authorities(), roots.Roots) {
+	if !slices.EqualFunc(b.X509Authorities(), roots.Roots, (*x509.Certificate).Equal) {
 		t.Fatal("bundle differs from the Manager's roots")
 	}
 	// The SVID verifies against the served bundle.
@@ -86,21 +86,9 @@ func TestFetchX509SVIDAndBundles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, ok := xc.Bundles.Get(td); !ok || !equalCerts(b.X509Authorities(), roots.Roots) {
+	if b, ok := xc.Bundles.Get(td); !ok || !slices.EqualFunc(b.X509Authorities(), roots.Roots, (*x509.Certificate).Equal) {
 		t.Fatal("X509Context bundle differs from the Manager's roots")
 	}
-}
-
-func equalCerts(a, b []*x509.Certificate) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !bytes.Equal(a[i].Raw, b[i].Raw) {
-			return false
-		}
-	}
-	return true
 }
 
 // A rotation driven by the fake clock reaches an X509Source and a

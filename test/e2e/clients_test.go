@@ -27,11 +27,12 @@ import (
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
+
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 var td = spiffeid.RequireTrustDomainFromString("cluster.local")
@@ -210,15 +211,7 @@ func parseCerts(t testing.TB, data []byte) []*x509.Certificate {
 }
 
 func sameCerts(a, b []*x509.Certificate) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !bytes.Equal(a[i].Raw, b[i].Raw) {
-			return false
-		}
-	}
-	return true
+	return slices.EqualFunc(a, b, (*x509.Certificate).Equal)
 }
 
 func pemCerts(cs ...*x509.Certificate) []byte {
@@ -234,12 +227,7 @@ func pemCerts(cs ...*x509.Certificate) []byte {
 // sdsClient dials the SDS server on a Unix socket.
 func sdsClient(t testing.TB, sock string) secretv3.SecretDiscoveryServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return secretv3.NewSecretDiscoveryServiceClient(conn)
+	return secretv3.NewSecretDiscoveryServiceClient(testkit.DialUnix(t, sock))
 }
 
 // waitSDS polls the socket until FetchSecrets returns default and ROOTCA.

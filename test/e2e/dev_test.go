@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // dev is a running `meshid dev`.
@@ -29,7 +31,7 @@ var (
 // waits until its SDS socket serves default and ROOTCA.
 func startDev(t *testing.T) *dev {
 	t.Helper()
-	d := &dev{stateDir: shortDir(t)}
+	d := &dev{stateDir: testkit.ShortDir(t)}
 	d.proc = startMeshid(t, "dev",
 		"--state-dir", d.stateDir,
 		"--listen", "127.0.0.1:0",

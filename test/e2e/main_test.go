@@ -37,16 +37,3 @@ func runMain(m *testing.M) int {
 	}
 	return m.Run()
 }
-
-// shortDir returns a new directory under the system temp dir, removed when
-// the test ends. Unix socket paths must stay under ~100 bytes, which
-// t.TempDir's long names can exceed.
-func shortDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}

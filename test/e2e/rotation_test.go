@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // parked waits until the agent's rotation scheduler waits on the fake
@@ -13,17 +14,7 @@ import (
 // when it will wake.
 func parked(t *testing.T, f *clock.Fake) time.Time {
 	t.Helper()
-	stop := make(chan struct{})
-	timer := time.AfterFunc(guard, func() { close(stop) })
-	defer timer.Stop()
-	if !f.WaitForWaiters(1, stop) {
-		t.Fatalf("the rotation scheduler did not wait on the clock within %v", guard)
-	}
-	d, ok := f.NextDeadline()
-	if !ok {
-		t.Fatal("no timer")
-	}
-	return d
+	return testkit.NextDeadline(t, f, "the rotation scheduler's timer")
 }
 
 // Issue 3, done when: with the clock advanced, the client gets a new

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 var serverServing = regexp.MustCompile(`msg="meshid CA serving".* grpc=(\S+)`)
@@ -21,7 +22,7 @@ var serverServing = regexp.MustCompile(`msg="meshid CA serving".* grpc=(\S+)`)
 // `meshid agent` against that server serves it over SDS.
 func TestCertsRoundTrip(t *testing.T) {
 	t.Parallel()
-	work := shortDir(t)
+	work := testkit.ShortDir(t)
 	rootDir := filepath.Join(work, "root")
 	westDir := filepath.Join(work, "west")
 	mustMeshid(t, "certs", "root", "--out", rootDir)

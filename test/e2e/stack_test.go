@@ -45,7 +45,7 @@ const servingTTL = 60 * 24 * time.Hour
 // newWorld creates the CA side of a world, on a fake clock when fake is set.
 func newWorld(t *testing.T, fake bool) *world {
 	t.Helper()
-	w := &world{clock: clock.Real{}, dir: shortDir(t), caDir: t.TempDir()}
+	w := &world{clock: clock.Real{}, dir: testkit.ShortDir(t), caDir: t.TempDir()}
 	if fake {
 		w.fake = clock.NewFake(time.Now().Add(-fakeStart).Truncate(time.Second))
 		w.clock = w.fake

@@ -11,10 +11,9 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/test/kube/harness"
 )
 
@@ -69,12 +68,7 @@ func TestAgentEndToEnd(t *testing.T) {
 	// /readyz turns 200 once the agent holds its first certificate.
 	waitHTTP(t, agent, "http://"+monitor+"/readyz")
 
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	sds := secretv3.NewSecretDiscoveryServiceClient(conn)
+	sds := secretv3.NewSecretDiscoveryServiceClient(testkit.DialUnix(t, socket))
 	node := &corev3.Node{Id: "sidecar~10.0.0.1~workload-0.agent-e2e~agent-e2e.svc.cluster.local", Cluster: "workload"}
 
 	// default over a state-of-the-world stream, as Envoy asks for it.

@@ -296,16 +296,7 @@ func TestAmbientAPIServerDownBeforeSync(t *testing.T) {
 	if _, err := tr.Authenticate(ctx, authn.Credentials{Token: ztTok}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.StopAPIServer(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !cluster.APIServerRunning() {
-			if err := cluster.StartAPIServer(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
+	stopAPIServer(t)
 	a := startAmbientCA(t, tr)
 	web := workloadID(ambientNS, "web")
 	_, err := a.impersonate(ctx, ztTok, web, web)

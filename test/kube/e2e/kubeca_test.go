@@ -1,13 +1,11 @@
 package e2e_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
-	"net/http"
-	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,22 +44,8 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(cont
 	}
 }
 
-// metric reads one unlabelled sample from a /metrics page.
-func metric(monitor, name string) (float64, error) {
-	resp, err := http.Get("http://" + monitor + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, fmt.Errorf("metric %s not exposed", name)
-}
+// metric reads an unlabelled metric (its one sample) from a /metrics page.
+func metric(monitor, name string) (float64, error) { return metricSum(monitor, name) }
 
 // secretRoots returns the roots of a CA Secret in the cacerts layout.
 func secretRoots(ctx context.Context, name string) ([]*x509.Certificate, error) {
@@ -130,15 +114,7 @@ func signsUnder(ctx context.Context, s *caServer, token string, id spiffeid.ID, 
 }
 
 func sameCerts(a, b []*x509.Certificate) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !a[i].Equal(b[i]) {
-			return false
-		}
-	}
-	return true
+	return slices.EqualFunc(a, b, (*x509.Certificate).Equal)
 }
 
 // pluggedCA makes an operator's CA in Istio's cacerts layout: a root and an

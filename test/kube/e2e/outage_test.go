@@ -42,16 +42,7 @@ func TestAPIServerOutage(t *testing.T) {
 		t.Fatalf("sign before the outage: %v", err)
 	}
 
-	if err := cluster.StopAPIServer(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !cluster.APIServerRunning() {
-			if err := cluster.StartAPIServer(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
+	stopAPIServer(t)
 
 	t.Run("unreviewed token is Unavailable", func(t *testing.T) {
 		_, err := srv.sign(ctx, unseen, id)
@@ -100,6 +91,22 @@ func TestAPIServerOutage(t *testing.T) {
 		}
 		if _, err := tr.Authenticate(ctx, authn.Credentials{Token: inproc}); err != nil {
 			t.Fatalf("in-process review after the restart: %v", err)
+		}
+	})
+}
+
+// stopAPIServer stops the cluster's API server (etcd keeps running) and
+// starts it again when the test ends, unless the test did.
+func stopAPIServer(t *testing.T) {
+	t.Helper()
+	if err := cluster.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !cluster.APIServerRunning() {
+			if err := cluster.StartAPIServer(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }

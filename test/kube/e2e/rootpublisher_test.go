@@ -155,20 +155,7 @@ func TestRootPublisherWhateverHoldsTheKey(t *testing.T) {
 			labelledNamespace(t, unselected, "someone-else")
 
 			// Repair: deleted, then edited.
-			cms := cluster.Client().CoreV1().ConfigMaps(existing)
-			if err := cms.Delete(ctx, rootConfigMap, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, time.Minute, "repaired after deletion", func(ctx context.Context) error { return configMapHolds(ctx, existing, roots) })
-			cm, err := cms.Get(ctx, rootConfigMap, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cm.Data[rootpublisher.DefaultKey] = "-----BEGIN CERTIFICATE-----\nattacker\n-----END CERTIFICATE-----\n"
-			if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, time.Minute, "repaired after an edit", func(ctx context.Context) error { return configMapHolds(ctx, existing, roots) })
+			expectRepaired(t, ctx, existing, roots, time.Minute)
 
 			// A root change in the Authority (rotation: old and new root
 			// trusted together) reaches every namespace.
@@ -209,14 +196,7 @@ func TestRootPublisherWhateverHoldsTheKey(t *testing.T) {
 			// makes the publishing replica not ready after the grace
 			// period, with the namespace named.
 			locked := "rootpub-" + run + "-locked"
-			if err := cluster.EnsureNamespace(ctx, locked); err != nil {
-				t.Fatal(err)
-			}
-			lift := denyConfigMaps(t, locked)
-			patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, publishLabel, run)
-			if _, err := cluster.Client().CoreV1().Namespaces().Patch(ctx, locked, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			lift := lockedNamespace(t, ctx, locked, run)
 			leader := replicas[0]
 			if replicas[1].ctrl.IsLeader() {
 				leader = replicas[1]
@@ -240,6 +220,42 @@ func TestRootPublisherWhateverHoldsTheKey(t *testing.T) {
 			eventually(t, time.Minute, "ready again", func(context.Context) error { return leader.ctrl.Ready() })
 		})
 	}
+}
+
+// expectRepaired deletes the root ConfigMap of namespace ns, then edits it,
+// and expects the publisher to repair it to roots (within wait) each time.
+func expectRepaired(t *testing.T, ctx context.Context, ns string, roots []*x509.Certificate, wait time.Duration) {
+	t.Helper()
+	cms := cluster.Client().CoreV1().ConfigMaps(ns)
+	if err := cms.Delete(ctx, rootConfigMap, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, wait, "repaired after deletion", func(ctx context.Context) error { return configMapHolds(ctx, ns, roots) })
+	cm, err := cms.Get(ctx, rootConfigMap, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[rootpublisher.DefaultKey] = "-----BEGIN CERTIFICATE-----\nattacker\n-----END CERTIFICATE-----\n"
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, wait, "repaired after an edit", func(ctx context.Context) error { return configMapHolds(ctx, ns, roots) })
+}
+
+// lockedNamespace creates namespace ns where every ConfigMap write is
+// refused (denyConfigMaps), then labels it for the publisher of run, and
+// returns the function that lifts the lock.
+func lockedNamespace(t *testing.T, ctx context.Context, ns, run string) (lift func()) {
+	t.Helper()
+	if err := cluster.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	lift = denyConfigMaps(t, ns)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, publishLabel, run)
+	if _, err := cluster.Client().CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return lift
 }
 
 // denyConfigMaps makes the API server refuse every ConfigMap write in

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube/rootpublisher"
@@ -175,20 +174,7 @@ func TestServerPublishesRoot(t *testing.T) {
 			labelledNamespace(t, fresh, run)
 			eventually(t, wait, "root in a new namespace", func(ctx context.Context) error { return configMapHolds(ctx, fresh, roots) })
 
-			cms := cluster.Client().CoreV1().ConfigMaps(existing)
-			if err := cms.Delete(ctx, rootConfigMap, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, wait, "repaired after deletion", func(ctx context.Context) error { return configMapHolds(ctx, existing, roots) })
-			cm, err := cms.Get(ctx, rootConfigMap, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cm.Data[rootpublisher.DefaultKey] = "-----BEGIN CERTIFICATE-----\nattacker\n-----END CERTIFICATE-----\n"
-			if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, wait, "repaired after an edit", func(ctx context.Context) error { return configMapHolds(ctx, existing, roots) })
+			expectRepaired(t, ctx, existing, roots, wait)
 
 			// Two replicas, one publisher: the Lease holder.
 			leader, err := leaseHolder(ctx)
@@ -238,14 +224,7 @@ func TestServerPublishesRoot(t *testing.T) {
 			// refuses ConfigMaps there) makes the leader's /readyz fail,
 			// naming it, after the 30 s grace; the follower stays ready.
 			locked := "binpub-" + source + "-locked"
-			if err := cluster.EnsureNamespace(ctx, locked); err != nil {
-				t.Fatal(err)
-			}
-			lift := denyConfigMaps(t, locked)
-			patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, publishLabel, run)
-			if _, err := cluster.Client().CoreV1().Namespaces().Patch(ctx, locked, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			lift := lockedNamespace(t, ctx, locked, run)
 			eventually(t, rootpublisher.DefaultFailureGrace+wait, "the leader not ready", func(context.Context) error {
 				code, body, err := readyz(replicas[leader].monitor)
 				if err == nil && (code != http.StatusServiceUnavailable || !strings.Contains(body, locked)) {

@@ -17,7 +17,7 @@ func main() {
 	defer stop()
 	if err := newCmd(cli.RunAgent).ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "meshid-agent:", err)
-		os.Exit(1)
+		os.Exit(cli.ExitCode(err))
 	}
 }
 
@@ -27,5 +27,6 @@ func newCmd(run cli.AgentRun) *cobra.Command {
 	cmd.SilenceUsage = true
 	cmd.SilenceErrors = true
 	cli.SetVersion(cmd)
+	cli.MarkUsageErrors(cmd)
 	return cmd
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/meshid/meshid/ca/catool"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/internal/clock"
 )
 
@@ -48,7 +49,7 @@ func meshidRun(t *testing.T, stdin io.Reader, args ...string) (stdout, stderr st
 	cmd.SetIn(stdin)
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		errb.WriteString("meshid: " + err.Error() + "\n")
-		return out.String(), errb.String(), exitCode(err)
+		return out.String(), errb.String(), cli.ExitCode(err)
 	}
 	return out.String(), errb.String(), 0
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/inspect"
 	"github.com/meshid/meshid/internal/sdsfetch"
@@ -19,8 +20,8 @@ var inspectClock clock.Clock = clock.Real{}
 
 // Exit codes of `meshid inspect`, for scripts and monitoring.
 const (
-	exitInspectInvalid  = 2 // something is invalid or expired
 	exitInspectExpiring = 3 // all valid, but something expires within --expires-within
+	exitInspectInvalid  = 4 // something is invalid or expired
 )
 
 type inspectFlags struct {
@@ -53,9 +54,9 @@ directory or ROOTCA from SDS. Every failure is named: expired (with the time),
 not yet valid, unknown issuer, name mismatch, key/cert mismatch, non-SPIFFE
 leaf.
 
-Exit status: 0 all valid; 1 an input could not be read; 2 something is
-invalid or expired; 3 all valid, but something expires within
---expires-within.`,
+Exit status: 0 all valid; 1 an input could not be read; 2 a usage error
+(unknown flag, bad value); 3 all valid, but something expires within
+--expires-within; 4 something is invalid or expired.`,
 		Example: `  meshid inspect --sds ./var/run/secrets/workload-spiffe-uds/socket
   meshid inspect --roots root-cert.pem cert-chain.pem
   meshid inspect ./cacerts/west -o json
@@ -79,10 +80,10 @@ invalid or expired; 3 all valid, but something expires within
 func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
 	format, err := inspect.ParseFormat(f.output)
 	if err != nil {
-		return err
+		return cli.Usage(err)
 	}
 	if len(f.resources) != 0 && f.sds == "" {
-		return errors.New("inspect: --resource needs --sds")
+		return cli.Usage(errors.New("inspect: --resource needs --sds"))
 	}
 	cfg := inspect.Config{
 		Paths: args, Stdin: cmd.InOrStdin(), RootsFile: f.roots,
@@ -92,7 +93,7 @@ func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
 	if f.trustDomain != "" {
 		td, err := spiffeid.TrustDomainFromString(f.trustDomain)
 		if err != nil {
-			return fmt.Errorf("inspect: --trust-domain: %v", err)
+			return cli.Usage(fmt.Errorf("inspect: --trust-domain: %v", err))
 		}
 		cfg.Options.TrustDomain = td
 	}
@@ -105,7 +106,7 @@ func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
 	}
 	code := map[inspect.Status]int{inspect.StatusInvalid: exitInspectInvalid, inspect.StatusExpiring: exitInspectExpiring}[rep.Status]
 	if err := rep.Err(); err != nil {
-		return &exitError{code: code, err: err}
+		return &cli.ExitCodeError{Code: code, Err: err}
 	}
 	return nil
 }

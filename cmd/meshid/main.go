@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/meshid/meshid/cmd/internal/cli"
 )
 
 func main() {
@@ -13,6 +15,6 @@ func main() {
 	defer stop()
 	if err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "meshid:", err)
-		os.Exit(exitCode(err))
+		os.Exit(cli.ExitCode(err))
 	}
 }

@@ -11,17 +11,18 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 )
 
 // Files of a root directory (Root) and of an Istio cacerts directory
 // (Intermediate).
 const (
-	RootCertFile  = "root-cert.pem"
-	RootKeyFile   = "root-key.pem"
-	CACertFile    = "ca-cert.pem"
-	CAKeyFile     = "ca-key.pem"
-	CertChainFile = "cert-chain.pem"
+	RootCertFile  = keystore.RootCertFile
+	RootKeyFile   = keystore.RootKeyFile
+	CACertFile    = keystore.CACertFile
+	CAKeyFile     = keystore.CAKeyFile
+	CertChainFile = keystore.CertChainFile
 )
 
 // refuseKeyOverwrite fails when dir/keyFile exists and force is not set: a CA

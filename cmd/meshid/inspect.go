@@ -1,17 +1,22 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/inspect"
+	"github.com/meshid/meshid/internal/podagent"
 	"github.com/meshid/meshid/internal/sdsfetch"
+	"github.com/meshid/meshid/sds/secretdump"
 )
 
 // inspectClock is the time `meshid inspect` checks validity at; tests set
@@ -33,6 +38,9 @@ type inspectFlags struct {
 	verbose       bool
 	timeout       time.Duration
 	trustDomain   string
+	pod           string
+	container     string
+	kubeconfig    string
 }
 
 func newInspectCmd() *cobra.Command {
@@ -47,7 +55,9 @@ Inputs are PEM (or DER) files holding certificates, a chain, a key or a CSR;
 (ca-cert.pem ca-key.pem cert-chain.pem root-cert.pem), the Kubernetes TLS
 layout (tls.crt tls.key ca.crt) or a root from "meshid certs root"; and, with
 --sds, the secrets an SDS server hands a proxy ("default" and "ROOTCA" unless
---resource names others). It works against any SDS server.
+--resource names others). It works against any SDS server. With --pod, it
+reads the chain and roots the meshid agent of a pod holds (never its key),
+through the API server, like "istioctl proxy-config secret".
 
 Chains are verified against --roots, else against the roots of their CA
 directory or ROOTCA from SDS. Every failure is named: expired (with the time),
@@ -62,7 +72,8 @@ Exit status: 0 all valid; 1 an input could not be read; 2 a usage error
   meshid inspect ./cacerts/west -o json
   kubectl get secret cacerts -o jsonpath='{.data.ca-cert\.pem}' | base64 -d | meshid inspect -
   meshid inspect --sds sds.sock --resource ROOTCA -o pem > root-cert.pem
-  meshid inspect cert.pem --expires-within 168h || alert`,
+  meshid inspect cert.pem --expires-within 168h || alert
+  meshid inspect --pod shop/cart-7d9f --container meshid-agent`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runInspect(cmd, f, args) },
 	}
 	fl := cmd.Flags()
@@ -72,8 +83,11 @@ Exit status: 0 all valid; 1 an input could not be read; 2 a usage error
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table, json or pem")
 	fl.Var(&f.expiresWithin, "expires-within", "exit 3 if anything expires within this `duration` (e.g. 24h, 7d)")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "show every certificate's details under the table")
-	fl.DurationVar(&f.timeout, "timeout", sdsfetch.DefaultTimeout, "how long to wait for the SDS server")
+	fl.DurationVar(&f.timeout, "timeout", sdsfetch.DefaultTimeout, "how long to wait for the SDS server or the pod's agent")
 	fl.StringVar(&f.trustDomain, "trust-domain", "", "require leaves to be in this trust `domain` (default: any)")
+	fl.StringVar(&f.pod, "pod", "", "read what the meshid agent of pod `NS/NAME` holds, through the API server (a port-forward to its /debug/secrets)")
+	fl.StringVar(&f.container, "container", podagent.DefaultContainer, "with --pod: the agent's container `name`")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "with --pod: kubeconfig `file` (default: $KUBECONFIG, then ~/.kube/config)")
 	return cmd
 }
 
@@ -100,6 +114,13 @@ func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
 	if f.sds != "" {
 		cfg.Sources = append(cfg.Sources, inspect.SDS(sdsfetch.Config{Socket: f.sds, Names: f.resources, Timeout: f.timeout}))
 	}
+	if f.pod != "" {
+		src, err := podSource(f)
+		if err != nil {
+			return err
+		}
+		cfg.Sources = append(cfg.Sources, src)
+	}
 	rep, err := inspect.Run(cmd.Context(), cfg)
 	if err != nil {
 		return err
@@ -109,4 +130,24 @@ func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
 		return &cli.ExitCodeError{Code: code, Err: err}
 	}
 	return nil
+}
+
+// podSource is the Source of --pod NS/NAME: the agent's /debug/secrets
+// through a port-forward.
+func podSource(f *inspectFlags) (inspect.Source, error) {
+	ns, name, ok := strings.Cut(f.pod, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return nil, cli.Usage(fmt.Errorf("inspect: --pod %q: want NAMESPACE/NAME", f.pod))
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.kubeconfig
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("inspect: --pod needs a cluster (--kubeconfig): %v", err)
+	}
+	a, err := podagent.New(podagent.Config{REST: rc, Namespace: ns, Pod: name, Container: f.container, Timeout: f.timeout, MaxBody: secretdump.MaxSize})
+	if err != nil {
+		return nil, err
+	}
+	return inspect.AgentDump("pod "+f.pod, func(ctx context.Context) ([]byte, error) { return a.Get(ctx, secretdump.Path) }), nil
 }

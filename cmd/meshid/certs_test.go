@@ -302,3 +302,18 @@ func TestCertsMakefile(t *testing.T) {
 		t.Fatal("second make replaced ca-key.pem")
 	}
 }
+
+// TestCertsWorkDirIgnored: the working directory certs/Makefile suggests
+// holds CA keys and is ignored by git, at the top and under certs/.
+func TestCertsWorkDirIgnored(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	for _, p := range []string{"work/root-key.pem", "certs/work/west/ca-key.pem"} {
+		cmd := exec.Command("git", "check-ignore", "-q", "--no-index", p)
+		cmd.Dir = "../.."
+		if err := cmd.Run(); err != nil {
+			t.Errorf("%s is not ignored by git: %v", p, err)
+		}
+	}
+}

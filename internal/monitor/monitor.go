@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -138,7 +139,12 @@ func (s *Server) Listen() error {
 	}
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("monitor: listen %s: %w", s.cfg.Listen, err)
+		hint := ""
+		if errors.Is(err, syscall.EADDRINUSE) {
+			// Most often a second agent (or dev) on the default port.
+			hint = "; another process has it (a second agent?): give --monitoring-listen a free address (127.0.0.1:0 picks one) or an empty value to turn monitoring off"
+		}
+		return fmt.Errorf("monitor: --monitoring-listen %s: %w%s", s.cfg.Listen, err, hint)
 	}
 	s.ln = ln
 	return nil

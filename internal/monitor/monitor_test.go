@@ -197,3 +197,25 @@ func nonLoopbackIP() string {
 	}
 	return ""
 }
+
+// TestListenTakenNamesTheFlag: a port another process holds (a second
+// agent on the default port) is an error that names --monitoring-listen and
+// says how to pick a free one.
+func TestListenTakenNamesTheFlag(t *testing.T) {
+	first, err := monitor.New(monitor.Config{Listen: "127.0.0.1:0", Gatherer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Run(t, "monitor", first.Run)
+	second, err := monitor.New(monitor.Config{Listen: first.Addr().String(), Gatherer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = second.Listen()
+	if err == nil || !strings.Contains(err.Error(), "--monitoring-listen "+first.Addr().String()) || !strings.Contains(err.Error(), "127.0.0.1:0 picks one") {
+		t.Fatalf("second listener on %s: %v", first.Addr(), err)
+	}
+}

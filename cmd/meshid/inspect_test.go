@@ -311,9 +311,17 @@ func TestInspectSDS(t *testing.T) {
 		t.Fatalf("foreign --roots: exit %d\n%s", code, out)
 	}
 
-	_, errOut, code := meshidRun(t, nil, "inspect", "--sds", sock, "--resource", "nope", "--timeout", "200ms")
-	if code != 1 || !strings.Contains(errOut, `no answer for resource "nope"`) || strings.Count(errOut, "\n") != 1 {
-		t.Fatalf("unknown resource: exit %d, %q", code, errOut)
+	// Names the agent cannot serve are answered with its reason (through
+	// FetchSecrets), not left to the timeout: the timeout's message would
+	// be "no answer for resource".
+	for _, tc := range []struct{ name, want string }{
+		{"nope", `resource "nope": NotFound: sds: unknown resource "nope"`},
+		{"file-cert:certs/a.pem~certs/a-key.pem", `NotFound: sds: unknown resource "file-cert:certs/a.pem~certs/a-key.pem": no such regular file under the agent's --file-secret-dirs (a relative path is relative to the agent's working directory)`},
+	} {
+		_, errOut, code := meshidRun(t, nil, "inspect", "--sds", sock, "--resource", tc.name, "--timeout", "1m")
+		if code != 1 || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
+			t.Fatalf("resource %s: exit %d, %q; want %q", tc.name, code, errOut, tc.want)
+		}
 	}
 }
 

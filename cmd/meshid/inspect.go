@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -41,6 +42,7 @@ type inspectFlags struct {
 	pod           string
 	container     string
 	kubeconfig    string
+	allowDNS      bool
 }
 
 func newInspectCmd() *cobra.Command {
@@ -85,6 +87,7 @@ Exit status: 0 all valid; 1 an input could not be read; 2 a usage error
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "show every certificate's details under the table")
 	fl.DurationVar(&f.timeout, "timeout", sdsfetch.DefaultTimeout, "how long to wait for the SDS server or the pod's agent")
 	fl.StringVar(&f.trustDomain, "trust-domain", "", "require leaves to be in this trust `domain` (default: any)")
+	fl.BoolVar(&f.allowDNS, "allow-dns", false, "accept leaves named by DNS SANs without a SPIFFE ID (gateway certificates); their chains are still verified")
 	fl.StringVar(&f.pod, "pod", "", "read what the meshid agent of pod `NS/NAME` holds, through the API server (a port-forward to its /debug/secrets)")
 	fl.StringVar(&f.container, "container", podagent.DefaultContainer, "with --pod: the agent's container `name`")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "with --pod: kubeconfig `file` (default: $KUBECONFIG, then ~/.kube/config)")
@@ -101,8 +104,11 @@ func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
 	}
 	cfg := inspect.Config{
 		Paths: args, Stdin: cmd.InOrStdin(), RootsFile: f.roots,
-		Options: inspect.Options{Now: inspectClock.Now(), ExpiresWithin: time.Duration(f.expiresWithin)},
+		Options: inspect.Options{Now: inspectClock.Now(), ExpiresWithin: time.Duration(f.expiresWithin), AllowDNS: f.allowDNS},
 		Format:  format, Verbose: f.verbose, Out: cmd.OutOrStdout(),
+		// Colour and the narrow table only for a person at a terminal
+		// (https://no-color.org: NO_COLOR turns both off).
+		Terminal: inspect.IsTerminal(cmd.OutOrStdout()) && os.Getenv("NO_COLOR") == "",
 	}
 	if f.trustDomain != "" {
 		td, err := spiffeid.TrustDomainFromString(f.trustDomain)

@@ -283,8 +283,8 @@ func TestInspectSDS(t *testing.T) {
 
 	out := meshidOK(t, "inspect", "--sds", sock)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "RESOURCE") {
-		t.Fatalf("want a header and two rows:\n%s", out)
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "RESOURCE") || lines[4] != "default: private key (ec-p256, from default) matches" {
+		t.Fatalf("want a header, two rows and the key confirmed without -v:\n%s", out)
 	}
 	for i, want := range [][]string{{"default", "Cert Chain", "true", testWorkload, "12h0m"}, {"ROOTCA", "CA", "true"}} {
 		for _, w := range want {

@@ -38,7 +38,7 @@ func TestRunSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 3 || rep.Results[0].VerifiedAgainst != "ROOTCA" || rep.Results[2].Name != "-" {
+	if len(rep.Results) != 3 || rep.Results[0].VerifiedAgainst != "ROOTCA" || rep.Results[2].Name != "stdin" {
 		t.Fatalf("results %+v", rep.Results)
 	}
 	if rep.Status != inspect.StatusExpiring || rep.Err() == nil || !strings.Contains(rep.Err().Error(), "1 of 3 input(s) expire within 24h") {

@@ -25,6 +25,18 @@ const (
 	CertChainFile = keystore.CertChainFile
 )
 
+// caKeyType applies the default key type (ec-p256) and checks that kt is
+// one a CA may use (certs.CAKeyTypes).
+func caKeyType(kt *certs.KeyType) error {
+	if *kt == "" {
+		*kt = certs.ECP256
+	}
+	if _, err := certs.ParseCAKeyType(string(*kt)); err != nil {
+		return fmt.Errorf("certs: --key-type %q: want one of %s", *kt, certs.KeyTypeNames(certs.CAKeyTypes))
+	}
+	return nil
+}
+
 // refuseKeyOverwrite fails when dir/keyFile exists and force is not set: a CA
 // key that is overwritten is gone for good.
 func refuseKeyOverwrite(dir, keyFile string, force bool) error {

@@ -169,7 +169,7 @@ func TestLocalHandlersLoopbackPeerOnly(t *testing.T) {
 	if code := get("127.0.0.1"); code != 200 || calls.Load() != 1 {
 		t.Fatalf("loopback peer: %d, %d calls", code, calls.Load())
 	}
-	if ip := nonLoopbackIP(); ip != "" {
+	if ip := testkit.NonLoopbackIP(); ip != "" {
 		if code := get(ip); code != http.StatusForbidden {
 			t.Fatalf("peer %s: %d, want 403", ip, code)
 		}
@@ -186,16 +186,6 @@ func TestLocalHandlersLoopbackPeerOnly(t *testing.T) {
 	if calls.Load() != 1 {
 		t.Fatalf("handler called %d times", calls.Load())
 	}
-}
-
-func nonLoopbackIP() string {
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
-			return n.IP.String()
-		}
-	}
-	return ""
 }
 
 // TestListenTakenNamesTheFlag: a port another process holds (a second

@@ -3,7 +3,6 @@ package agent_test
 import (
 	"context"
 	"encoding/pem"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -18,20 +17,6 @@ import (
 	"github.com/meshid/meshid/sds/secretdump"
 )
 
-func getDump(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
-}
-
 // TestDebugSecrets: /debug/secrets serves the chain and roots the agent
 // holds, and nothing of the key, on a listener on every interface without
 // DebugEndpoints, to loopback peers only; it never makes the agent contact
@@ -45,7 +30,7 @@ func TestDebugSecrets(t *testing.T) {
 	_, port, _ := net.SplitHostPort(a.MonitoringAddr().String())
 	url := "http://127.0.0.1:" + port + secretdump.Path
 
-	code, body := getDump(t, url)
+	code, body := testkit.HTTPGet(t, url)
 	if code != http.StatusOK {
 		t.Fatalf("GET: %d %s", code, body)
 	}
@@ -69,7 +54,7 @@ func TestDebugSecrets(t *testing.T) {
 
 	// Read-only: a thousand requests, no new certificate.
 	for range 1000 {
-		if code, _ := getDump(t, url); code != http.StatusOK {
+		if code, _ := testkit.HTTPGet(t, url); code != http.StatusOK {
 			t.Fatalf("GET: %d", code)
 		}
 	}
@@ -81,7 +66,7 @@ func TestDebugSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	rotated := firstSecret(t, a)
-	_, body = getDump(t, url)
+	_, body = testkit.HTTPGet(t, url)
 	if !strings.Contains(body, rotated.Version) || strings.Contains(body, sec.Version) {
 		t.Fatalf("after rotation the dump shows %s", body)
 	}
@@ -96,8 +81,8 @@ func TestDebugSecrets(t *testing.T) {
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("POST: %s", resp.Status)
 	}
-	if ip := nonLoopbackIP(); ip != "" {
-		if code, _ := getDump(t, "http://"+net.JoinHostPort(ip, port)+secretdump.Path); code != http.StatusForbidden {
+	if ip := testkit.NonLoopbackIP(); ip != "" {
+		if code, _ := testkit.HTTPGet(t, "http://"+net.JoinHostPort(ip, port)+secretdump.Path); code != http.StatusForbidden {
 			t.Fatalf("peer %s: %d, want 403", ip, code)
 		}
 	}
@@ -146,7 +131,7 @@ func TestDebugSecretsReason(t *testing.T) {
 	if _, err := a.Manager().Secret(context.Background(), secretcache.DefaultName); err == nil {
 		t.Fatal("the CA accepted a foreign token")
 	}
-	_, body := getDump(t, "http://"+a.MonitoringAddr().String()+secretdump.Path)
+	_, body := testkit.HTTPGet(t, "http://"+a.MonitoringAddr().String()+secretdump.Path)
 	d, err := secretdump.Parse([]byte(body))
 	if err != nil {
 		t.Fatal(err)
@@ -154,14 +139,4 @@ func TestDebugSecretsReason(t *testing.T) {
 	if d.Ready || len(d.Secrets) != 0 || !strings.Contains(d.Reason, "last CA failure") || !strings.Contains(d.Reason, "Unauthenticated") {
 		t.Fatalf("dump of a refused agent: %+v", d)
 	}
-}
-
-func nonLoopbackIP() string {
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
-			return n.IP.String()
-		}
-	}
-	return ""
 }

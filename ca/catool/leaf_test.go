@@ -121,3 +121,31 @@ func TestCreateKeyFile(t *testing.T) {
 		t.Errorf("symlink: %v, want ErrInsecureOutput", err)
 	}
 }
+
+// TestWriteLeafRefusedKeyWritesNothing: a refused --out-key leaves no
+// certificate behind either, and standard output is refused for the key.
+func TestWriteLeafRefusedKeyWritesNothing(t *testing.T) {
+	key, err := certs.GenerateKey(certs.ECP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	existing := filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(existing, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	cert := filepath.Join(dir, "cert.pem")
+	for _, k := range []string{existing, "-"} {
+		err := catool.WriteLeaf(&catool.Minted{Key: key}, catool.LeafOutput{Cert: cert, Key: k, Stdout: &stdout})
+		if !errors.Is(err, catool.ErrInsecureOutput) && (err == nil || !bytes.Contains([]byte(err.Error()), []byte("--force-insecure-output"))) {
+			t.Fatalf("--out-key %s: %v", k, err)
+		}
+	}
+	if _, err := os.Stat(cert); err == nil || stdout.Len() != 0 {
+		t.Fatalf("something was written: cert %v, stdout %q", err, stdout.String())
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -65,46 +64,14 @@ func runCertsLeaf(cmd *cobra.Command, f *certsLeafFlags) error {
 	if err != nil {
 		return cli.Usage(fmt.Errorf("certs leaf: --key-type %q: want one of %s", f.keyType, certs.KeyTypeNames(certs.KeyTypes)))
 	}
-	if f.outKey == "-" && !f.forceInsecure {
-		return fmt.Errorf("certs leaf: --out-key -: %v", catool.ErrInsecureOutput)
-	}
 	m, err := catool.Leaf(catool.LeafConfig{CADir: f.caDir, ID: id, TTL: time.Duration(f.ttl), KeyType: kt, Clock: certsClock})
 	if err != nil {
 		return err
 	}
-	keyPEM, err := certs.EncodePrivateKey(m.Key)
-	if err != nil {
-		return fmt.Errorf("certs leaf: %v", err)
-	}
-	out := cmd.OutOrStdout()
-	switch {
-	case !f.forceInsecure:
-		err = catool.CreateKeyFile(f.outKey, keyPEM)
-	case f.outKey == "-":
-		_, err = out.Write(keyPEM)
-	default:
-		err = certs.WriteFileAtomic(f.outKey, keyPEM, 0o600)
-	}
-	if err != nil {
-		return fmt.Errorf("certs leaf: --out-key %v", err)
-	}
-	if err := writeOut(out, f.outCert, certs.EncodeCertificates(m.Chain...)); err != nil {
-		return fmt.Errorf("certs leaf: --out-cert: %v", err)
-	}
-	if f.outRoots != "" {
-		if err := writeOut(out, f.outRoots, certs.EncodeCertificates(m.Roots...)); err != nil {
-			return fmt.Errorf("certs leaf: --out-roots: %v", err)
-		}
+	out := catool.LeafOutput{Cert: f.outCert, Key: f.outKey, Roots: f.outRoots, ForceInsecure: f.forceInsecure, Stdout: cmd.OutOrStdout()}
+	if err := catool.WriteLeaf(m, out); err != nil {
+		return err
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "minted %s, serial %x, valid until %s\n", id, m.Leaf.SerialNumber, m.Leaf.NotAfter.UTC().Format(time.RFC3339))
 	return nil
-}
-
-// writeOut writes public data (certificates) to path, or to w for "-".
-func writeOut(w io.Writer, path string, data []byte) error {
-	if path == "-" {
-		_, err := w.Write(data)
-		return err
-	}
-	return certs.WriteFileAtomic(path, data, 0o644)
 }

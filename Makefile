@@ -19,7 +19,8 @@ DATE     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 BUILDPKG := github.com/meshid/meshid/internal/buildinfo
 LDFLAGS  := -X $(BUILDPKG).version=$(VERSION) -X $(BUILDPKG).commit=$(COMMIT) -X $(BUILDPKG).date=$(DATE)
 build:
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/meshid
+	@echo "go build: bin/meshid and bin/meshid-agent (the first build on a machine downloads and compiles every dependency: several minutes; -v lists packages as they compile; later builds take seconds)"
+	$(GO) build -v -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/meshid
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(AGENTBIN) ./cmd/meshid-agent
 
 ## run: the CA and the agent together on the embedded default (no cluster).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -41,8 +42,12 @@ func (s *Server) fetchError(name string, err error) error {
 		s.metrics.bad.WithLabelValues(reasonUnknownResource).Inc()
 		s.fetchWarn("SDS fetch of an unknown resource", "resource", name)
 		// The cause is left out: it would tell an absent file from a
-		// refused one.
-		return status.Errorf(codes.NotFound, "sds: unknown resource %q", name)
+		// refused one. The hint for file names is the same in every case.
+		hint := ""
+		if strings.HasPrefix(name, secretcache.FileCertPrefix) || strings.HasPrefix(name, secretcache.FileRootPrefix) {
+			hint = ": no such regular file under the agent's --file-secret-dirs (a relative path is relative to the agent's working directory)"
+		}
+		return status.Errorf(codes.NotFound, "sds: unknown resource %q%s", name, hint)
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Errorf(codes.DeadlineExceeded, "sds: %q is not available yet", name)
 	case errors.Is(err, context.Canceled):

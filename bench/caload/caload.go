@@ -222,6 +222,19 @@ func newCSR(kt certs.KeyType, id spiffeid.ID) (string, error) {
 	return string(certs.EncodeCSR(der)), nil
 }
 
+// message is what an operator needs of a failed request: the status
+// message (the CA's reason), or the error; "no usable certificate chain"
+// for a bad response.
+func message(err error) string {
+	if err == nil {
+		return "the answer holds no usable certificate chain"
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Message()
+	}
+	return err.Error()
+}
+
 // outcome classifies a finished request: "" for success, else a gRPC code
 // name (Unknown for an error that carries no status) or CodeBadResponse.
 func outcome(resp *securityapi.IstioCertificateResponse, err error) string {

@@ -152,6 +152,19 @@ func TestRunRequestsCountsAndIdentities(t *testing.T) {
 			if fmt.Sprint(rep.Errors) != fmt.Sprint(wantErrs) {
 				t.Errorf("errors = %v, want %v", rep.Errors, wantErrs)
 			}
+			if tt.wantErrors != nil {
+				want := map[string]string{"ResourceExhausted": "slow down", caload.CodeBadResponse: "the answer holds no usable certificate chain"}
+				if fmt.Sprint(rep.FirstErrors) != fmt.Sprint(want) {
+					t.Errorf("first errors = %v, want %v", rep.FirstErrors, want)
+				}
+				var sb strings.Builder
+				if err := caload.WriteTable(&sb, []*caload.Report{rep}); err != nil {
+					t.Fatal(err)
+				}
+				if !strings.HasSuffix(sb.String(), "\nfirst error of each code:\n  BadResponse: the answer holds no usable certificate chain\n  ResourceExhausted: slow down\n") {
+					t.Errorf("table does not end with the first error of each code:\n%s", sb.String())
+				}
+			}
 			if len(f.csrs) != tt.wantCSRs {
 				t.Errorf("CA saw %d distinct CSRs, want %d", len(f.csrs), tt.wantCSRs)
 			}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -26,6 +27,9 @@ type Report struct {
 	// Errors counts failed requests by gRPC code name ("Unauthenticated",
 	// "ResourceExhausted", ...) or CodeBadResponse.
 	Errors map[string]int
+	// FirstErrors is the first message of each code in Errors (which
+	// worker's first, when several saw it), so that a failing run says why.
+	FirstErrors map[string]string
 	// Throughput is successful issuances per second of Elapsed.
 	Throughput float64
 	// Latency summarises the successful requests.
@@ -46,20 +50,21 @@ func (r *Report) CPUPerCert(d time.Duration) time.Duration {
 }
 
 type reportJSON struct {
-	Concurrency    int             `json:"concurrency"`
-	KeyType        string          `json:"key_type"`
-	Pregen         bool            `json:"pregen_keys"`
-	Identities     int             `json:"identities"`
-	ElapsedSeconds float64         `json:"elapsed_s"`
-	Requests       int             `json:"requests"`
-	OK             int             `json:"ok"`
-	Errors         map[string]int  `json:"errors"`
-	Throughput     float64         `json:"certs_per_second"`
-	Latency        latency.Summary `json:"latency"`
-	ServerCPU      float64         `json:"ca_cpu_s,omitempty"`
-	ClientCPU      float64         `json:"client_cpu_s,omitempty"`
-	ServerCPUCert  float64         `json:"ca_cpu_us_per_cert,omitempty"`
-	ClientCPUCert  float64         `json:"client_cpu_us_per_cert,omitempty"`
+	Concurrency    int               `json:"concurrency"`
+	KeyType        string            `json:"key_type"`
+	Pregen         bool              `json:"pregen_keys"`
+	Identities     int               `json:"identities"`
+	ElapsedSeconds float64           `json:"elapsed_s"`
+	Requests       int               `json:"requests"`
+	OK             int               `json:"ok"`
+	Errors         map[string]int    `json:"errors"`
+	FirstErrors    map[string]string `json:"first_errors,omitempty"`
+	Throughput     float64           `json:"certs_per_second"`
+	Latency        latency.Summary   `json:"latency"`
+	ServerCPU      float64           `json:"ca_cpu_s,omitempty"`
+	ClientCPU      float64           `json:"client_cpu_s,omitempty"`
+	ServerCPUCert  float64           `json:"ca_cpu_us_per_cert,omitempty"`
+	ClientCPUCert  float64           `json:"client_cpu_us_per_cert,omitempty"`
 }
 
 // MarshalJSON renders the report with snake_case names, elapsed_s in seconds,
@@ -72,7 +77,7 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 	return json.Marshal(reportJSON{
 		Concurrency: r.Concurrency, KeyType: r.KeyType, Pregen: r.Pregen, Identities: r.Identities,
 		ElapsedSeconds: math.Round(r.Elapsed.Seconds()*1e6) / 1e6,
-		Requests:       r.Requests, OK: r.OK, Errors: errs,
+		Requests:       r.Requests, OK: r.OK, Errors: errs, FirstErrors: r.FirstErrors,
 		Throughput:    math.Round(r.Throughput*10) / 10,
 		Latency:       r.Latency,
 		ServerCPU:     math.Round(r.ServerCPU.Seconds()*1e3) / 1e3,
@@ -91,7 +96,7 @@ func (r *Report) UnmarshalJSON(b []byte) error {
 	*r = Report{
 		Concurrency: j.Concurrency, KeyType: j.KeyType, Pregen: j.Pregen, Identities: j.Identities,
 		Elapsed:  time.Duration(math.Round(j.ElapsedSeconds * float64(time.Second))),
-		Requests: j.Requests, OK: j.OK, Errors: j.Errors, Throughput: j.Throughput, Latency: j.Latency,
+		Requests: j.Requests, OK: j.OK, Errors: j.Errors, FirstErrors: j.FirstErrors, Throughput: j.Throughput, Latency: j.Latency,
 		ServerCPU: time.Duration(math.Round(j.ServerCPU * float64(time.Second))),
 		ClientCPU: time.Duration(math.Round(j.ClientCPU * float64(time.Second))),
 	}
@@ -142,7 +147,35 @@ func WriteTable(w io.Writer, reports []*Report) error {
 		}
 		fmt.Fprintln(tw)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeFirstErrors(w, reports)
+}
+
+// writeFirstErrors writes, under the table, the first message of each
+// error code across the reports: counts alone do not say what went wrong.
+func writeFirstErrors(w io.Writer, reports []*Report) error {
+	first := map[string]string{}
+	for _, r := range reports {
+		for c, m := range r.FirstErrors {
+			if _, seen := first[c]; !seen && r.Errors[c] > 0 {
+				first[c] = m
+			}
+		}
+	}
+	codes := slices.Sorted(maps.Keys(first))
+	for i, c := range codes {
+		if i == 0 {
+			if _, err := fmt.Fprintln(w, "\nfirst error of each code:"); err != nil {
+				return err
+			}
+		}
+		if _, err := fmt.Fprintf(w, "  %s: %s\n", c, first[c]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func formatCPU(d time.Duration) string {

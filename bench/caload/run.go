@@ -36,7 +36,7 @@ func (l *Loader) RunAt(ctx context.Context, concurrency int) (*Report, error) {
 	r := &run{l: l, csrs: csrs, mds: mds, stop: make(chan struct{})}
 	workers := make([]*worker, concurrency)
 	for i := range workers {
-		workers[i] = &worker{client: l.cfg.Clients[i%len(l.cfg.Clients)], errors: map[string]int{}}
+		workers[i] = &worker{client: l.cfg.Clients[i%len(l.cfg.Clients)], errors: map[string]int{}, first: map[string]string{}}
 		if l.cfg.Requests > 0 {
 			workers[i].lat = latency.NewRecorder(l.cfg.Requests/concurrency + 1)
 		} else {
@@ -82,6 +82,7 @@ func (l *Loader) RunAt(ctx context.Context, concurrency int) (*Report, error) {
 		Identities:  len(l.cfg.Identities),
 		Elapsed:     elapsed,
 		Errors:      map[string]int{},
+		FirstErrors: map[string]string{},
 		ServerCPU:   server1 - server0,
 		ClientCPU:   client1 - client0,
 	}
@@ -91,6 +92,9 @@ func (l *Loader) RunAt(ctx context.Context, concurrency int) (*Report, error) {
 		rep.OK += w.ok
 		for c, n := range w.errors {
 			rep.Errors[c] += n
+			if _, seen := rep.FirstErrors[c]; !seen {
+				rep.FirstErrors[c] = w.first[c]
+			}
 		}
 		all.Merge(w.lat)
 	}
@@ -135,6 +139,7 @@ type worker struct {
 	done   int
 	ok     int
 	errors map[string]int
+	first  map[string]string // the first message of each code
 }
 
 // fail records the first failure of the load itself and stops the run.
@@ -230,7 +235,9 @@ func (r *run) work(ctx context.Context, w *worker) {
 		w.done++
 		r.done.Add(1)
 		if code := outcome(resp, err); code != "" {
-			w.errors[code]++
+			if w.errors[code]++; w.errors[code] == 1 {
+				w.first[code] = message(err)
+			}
 			continue
 		}
 		w.ok++

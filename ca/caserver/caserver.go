@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -113,10 +114,17 @@ func (s *Server) loadBundle() (*keystore.Bundle, error) {
 		s.key = k
 	}
 	if cfg.CADir != "" {
+		load := keystore.LoadDir
 		if s.key != nil {
-			return keystore.LoadDirSigner(cfg.CADir, s.key, cfg.Clock.Now())
+			load = func(dir string, now time.Time) (*keystore.Bundle, error) {
+				return keystore.LoadDirSigner(dir, s.key, now)
+			}
 		}
-		return keystore.LoadDir(cfg.CADir, cfg.Clock.Now())
+		b, err := load(cfg.CADir, cfg.Clock.Now())
+		if err != nil {
+			return nil, fmt.Errorf("--ca-dir %s: %w", cfg.CADir, err)
+		}
+		return b, nil
 	}
 	sc := keystore.SelfSignedConfig{
 		Dir: cfg.StateDir, TrustDomain: cfg.TrustDomain.Name(), KeyType: cfg.RootKeyType, Clock: cfg.Clock,

@@ -131,8 +131,8 @@ func TestConfigErrors(t *testing.T) {
 func TestCADirErrorNamesTheProblem(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "absent")
 	_, err := caserver.New(caserver.Config{StateDir: t.TempDir(), CADir: dir})
-	if err == nil || !strings.Contains(err.Error(), dir) {
-		t.Fatalf("New with CA dir %s: %v, want an error naming it", dir, err)
+	if err == nil || !strings.Contains(err.Error(), "--ca-dir "+dir+": ") {
+		t.Fatalf("New with CA dir %s: %v, want an error naming the flag and the directory", dir, err)
 	}
 }
 

@@ -11,18 +11,31 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 )
 
 // Files of a root directory (Root) and of an Istio cacerts directory
 // (Intermediate).
 const (
-	RootCertFile  = "root-cert.pem"
-	RootKeyFile   = "root-key.pem"
-	CACertFile    = "ca-cert.pem"
-	CAKeyFile     = "ca-key.pem"
-	CertChainFile = "cert-chain.pem"
+	RootCertFile  = keystore.RootCertFile
+	RootKeyFile   = keystore.RootKeyFile
+	CACertFile    = keystore.CACertFile
+	CAKeyFile     = keystore.CAKeyFile
+	CertChainFile = keystore.CertChainFile
 )
+
+// caKeyType applies the default key type (ec-p256) and checks that kt is
+// one a CA may use (certs.CAKeyTypes).
+func caKeyType(kt *certs.KeyType) error {
+	if *kt == "" {
+		*kt = certs.ECP256
+	}
+	if _, err := certs.ParseCAKeyType(string(*kt)); err != nil {
+		return fmt.Errorf("certs: --key-type %q: want one of %s", *kt, certs.KeyTypeNames(certs.CAKeyTypes))
+	}
+	return nil
+}
 
 // refuseKeyOverwrite fails when dir/keyFile exists and force is not set: a CA
 // key that is overwritten is gone for good.

@@ -54,11 +54,8 @@ func (c *IntermediateConfig) setDefaults() error {
 	case c.TTL < 0:
 		return fmt.Errorf("certs intermediate: --ttl must be positive")
 	}
-	if c.KeyType == "" {
-		c.KeyType = certs.ECP256
-	}
-	if _, err := certs.ParseCAKeyType(string(c.KeyType)); err != nil {
-		return fmt.Errorf("certs: --key-type %q: want one of %s", c.KeyType, certs.KeyTypeNames(certs.CAKeyTypes))
+	if err := caKeyType(&c.KeyType); err != nil {
+		return err
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}

@@ -42,11 +42,8 @@ func (c *RootConfig) setDefaults() error {
 	if c.Dir == "" {
 		return fmt.Errorf("certs root: --out is required")
 	}
-	if c.KeyType == "" {
-		c.KeyType = certs.ECP256
-	}
-	if _, err := certs.ParseCAKeyType(string(c.KeyType)); err != nil {
-		return fmt.Errorf("certs: --key-type %q: want one of %s", c.KeyType, certs.KeyTypeNames(certs.CAKeyTypes))
+	if err := caKeyType(&c.KeyType); err != nil {
+		return err
 	}
 	switch {
 	case c.TTL == 0:

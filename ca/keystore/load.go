@@ -22,6 +22,10 @@ const (
 	CertChainFile = "cert-chain.pem" // the signing cert's chain up to the root (may include ca-cert and the root)
 	RootCertFile  = "root-cert.pem"  // one or more roots
 
+	// RootKeyFile is the key of a root directory (`meshid certs root`):
+	// a root that signs intermediates, never a CA directory itself.
+	RootKeyFile = "root-key.pem"
+
 	// The Kubernetes TLS Secret layout (cert-manager, kubernetes.io/tls).
 	TLSCertFile = "tls.crt" // the signing CA certificate, optionally followed by its chain
 	TLSKeyFile  = "tls.key" // its private key
@@ -84,6 +88,11 @@ func loadDir(dir string, key crypto.Signer, now time.Time) (*Bundle, error) {
 				return nil, fmt.Errorf("keystore: %w", err)
 			}
 			files[name] = data
+		}
+	}
+	if len(files[CACertFile]) == 0 && len(files[TLSCertFile]) == 0 {
+		if _, err := os.Stat(filepath.Join(dir, RootKeyFile)); err == nil {
+			return nil, fmt.Errorf("keystore: %s holds a root (root-cert.pem, root-key.pem), which signs only intermediates: run `meshid certs intermediate --root %s --out DIR --name CLUSTER` and use DIR", dir, dir)
 		}
 	}
 	l, ok := detect(files)

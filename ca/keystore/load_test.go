@@ -326,3 +326,18 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadDirRootOnly: a root directory from `meshid certs root` given as a
+// CA directory gets an error that says what to run, not "missing".
+func TestLoadDirRootOnly(t *testing.T) {
+	dir := t.TempDir()
+	for name, data := range map[string]string{keystore.RootCertFile: "x", keystore.RootKeyFile: "y"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := keystore.LoadDir(dir, time.Now())
+	if err == nil || !strings.Contains(err.Error(), "run `meshid certs intermediate --root "+dir) {
+		t.Fatalf("root-only directory: %v", err)
+	}
+}

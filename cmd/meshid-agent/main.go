@@ -8,7 +8,7 @@ import (
 	"github.com/meshid/meshid/cmd/internal/cli"
 )
 
-func main() { os.Exit(cli.Execute(newCmd(cli.RunAgent), os.Stderr, nil)) }
+func main() { os.Exit(cli.Execute(newCmd(cli.RunAgent), os.Stderr, cli.ExitCode)) }
 
 // newCmd is the agent command as the binary's root.
 func newCmd(run cli.AgentRun) *cobra.Command {
@@ -16,5 +16,6 @@ func newCmd(run cli.AgentRun) *cobra.Command {
 	cmd.SilenceUsage = true
 	cmd.SilenceErrors = true
 	cli.SetVersion(cmd)
+	cli.MarkUsageErrors(cmd)
 	return cmd
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/sds/agent"
 )
 
@@ -28,10 +29,14 @@ func TestFlagsAndEnv(t *testing.T) {
 	if got.CAAddr != "istiod:15012" || got.CertTTL != time.Hour || got.GraceRatio != 0.4 || got.MonitoringListen != "" {
 		t.Fatalf("Config: %+v", got)
 	}
-	cmd = newCmd(func(context.Context, agent.Config) error { return nil })
-	cmd.SetArgs([]string{"extra"})
-	if err := cmd.Execute(); err == nil {
-		t.Fatal("an argument was accepted")
+	// A wrong command line exits 2 (usage), as in meshid.
+	for _, args := range [][]string{{"extra"}, {"--nope"}, {"--cert-ttl", "x"}} {
+		cmd = newCmd(func(context.Context, agent.Config) error { return nil })
+		cmd.SetArgs(args)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); cli.ExitCode(err) != cli.ExitUsage {
+			t.Fatalf("%v: %v, exit %d; want a usage error", args, err, cli.ExitCode(err))
+		}
 	}
 }
 

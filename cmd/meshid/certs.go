@@ -32,7 +32,7 @@ into Istio's cacerts secret. See also certs/Makefile.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newCertsRootCmd(), newCertsIntermediateCmd())
+	cmd.AddCommand(newCertsRootCmd(), newCertsIntermediateCmd(), newCertsLeafCmd())
 	return cmd
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/meshid/meshid/ca/catool"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/internal/clock"
 )
 
@@ -48,7 +49,7 @@ func meshidRun(t *testing.T, stdin io.Reader, args ...string) (stdout, stderr st
 	cmd.SetIn(stdin)
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		errb.WriteString("meshid: " + err.Error() + "\n")
-		return out.String(), errb.String(), exitCode(err)
+		return out.String(), errb.String(), cli.ExitCode(err)
 	}
 	return out.String(), errb.String(), 0
 }
@@ -299,5 +300,20 @@ func TestCertsMakefile(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(work, "west", "ca-key.pem")); !bytes.Equal(b, key) {
 		t.Fatal("second make replaced ca-key.pem")
+	}
+}
+
+// TestCertsWorkDirIgnored: the working directory certs/Makefile suggests
+// holds CA keys and is ignored by git, at the top and under certs/.
+func TestCertsWorkDirIgnored(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	for _, p := range []string{"work/root-key.pem", "certs/work/west/ca-key.pem"} {
+		cmd := exec.Command("git", "check-ignore", "-q", "--no-index", p)
+		cmd.Dir = "../.."
+		if err := cmd.Run(); err != nil {
+			t.Errorf("%s is not ignored by git: %v", p, err)
+		}
 	}
 }

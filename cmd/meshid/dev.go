@@ -162,10 +162,19 @@ func runDev(ctx context.Context, f *devFlags, stdout, stderr io.Writer) error {
   SDS socket (Envoy)           %s
   CA metrics/health            %s
   agent metrics/health         %s
-Try: meshid inspect --sds %s
+Try: %s inspect --sds %s
 `, ca.Addr(), agentCfg.CARootFile, caCfg.JWKSFile, tokenFile, ag.SocketPath(),
-		addrOrDisabled(ca.MonitoringAddr()), addrOrDisabled(ag.MonitoringAddr()), ag.SocketPath())
+		addrOrDisabled(ca.MonitoringAddr()), addrOrDisabled(ag.MonitoringAddr()), self(), ag.SocketPath())
 	return g.Wait()
+}
+
+// self is how this binary was invoked (bin/meshid under make run, meshid
+// from the PATH), so that the banner's commands run as printed.
+func self() string {
+	if len(os.Args) == 0 || os.Args[0] == "" {
+		return "meshid"
+	}
+	return os.Args[0]
 }
 
 // addrOrDisabled prints a listener's address, "(disabled)" for none.

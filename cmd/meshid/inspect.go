@@ -1,16 +1,23 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/inspect"
+	"github.com/meshid/meshid/internal/podagent"
 	"github.com/meshid/meshid/sds/sdsfetch"
+	"github.com/meshid/meshid/sds/secretdump"
 )
 
 // inspectClock is the time `meshid inspect` checks validity at; tests set
@@ -19,8 +26,8 @@ var inspectClock clock.Clock = clock.Real{}
 
 // Exit codes of `meshid inspect`, for scripts and monitoring.
 const (
-	exitInspectInvalid  = 2 // something is invalid or expired
 	exitInspectExpiring = 3 // all valid, but something expires within --expires-within
+	exitInspectInvalid  = 4 // something is invalid or expired
 )
 
 type inspectFlags struct {
@@ -32,6 +39,10 @@ type inspectFlags struct {
 	verbose       bool
 	timeout       time.Duration
 	trustDomain   string
+	pod           string
+	container     string
+	kubeconfig    string
+	allowDNS      bool
 }
 
 func newInspectCmd() *cobra.Command {
@@ -46,22 +57,25 @@ Inputs are PEM (or DER) files holding certificates, a chain, a key or a CSR;
 (ca-cert.pem ca-key.pem cert-chain.pem root-cert.pem), the Kubernetes TLS
 layout (tls.crt tls.key ca.crt) or a root from "meshid certs root"; and, with
 --sds, the secrets an SDS server hands a proxy ("default" and "ROOTCA" unless
---resource names others). It works against any SDS server.
+--resource names others). It works against any SDS server. With --pod, it
+reads the chain and roots the meshid agent of a pod holds (never its key),
+through the API server, like "istioctl proxy-config secret".
 
 Chains are verified against --roots, else against the roots of their CA
 directory or ROOTCA from SDS. Every failure is named: expired (with the time),
 not yet valid, unknown issuer, name mismatch, key/cert mismatch, non-SPIFFE
 leaf.
 
-Exit status: 0 all valid; 1 an input could not be read; 2 something is
-invalid or expired; 3 all valid, but something expires within
---expires-within.`,
+Exit status: 0 all valid; 1 an input could not be read; 2 a usage error
+(unknown flag, bad value); 3 all valid, but something expires within
+--expires-within; 4 something is invalid or expired.`,
 		Example: `  meshid inspect --sds ./var/run/secrets/workload-spiffe-uds/socket
   meshid inspect --roots root-cert.pem cert-chain.pem
   meshid inspect ./cacerts/west -o json
   kubectl get secret cacerts -o jsonpath='{.data.ca-cert\.pem}' | base64 -d | meshid inspect -
   meshid inspect --sds sds.sock --resource ROOTCA -o pem > root-cert.pem
-  meshid inspect cert.pem --expires-within 168h || alert`,
+  meshid inspect cert.pem --expires-within 168h || alert
+  meshid inspect --pod shop/cart-7d9f --container meshid-agent`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runInspect(cmd, f, args) },
 	}
 	fl := cmd.Flags()
@@ -71,33 +85,47 @@ invalid or expired; 3 all valid, but something expires within
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table, json or pem")
 	fl.Var(&f.expiresWithin, "expires-within", "exit 3 if anything expires within this `duration` (e.g. 24h, 7d)")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "show every certificate's details under the table")
-	fl.DurationVar(&f.timeout, "timeout", sdsfetch.DefaultTimeout, "how long to wait for the SDS server")
+	fl.DurationVar(&f.timeout, "timeout", sdsfetch.DefaultTimeout, "how long to wait for the SDS server or the pod's agent")
 	fl.StringVar(&f.trustDomain, "trust-domain", "", "require leaves to be in this trust `domain` (default: any)")
+	fl.BoolVar(&f.allowDNS, "allow-dns", false, "accept leaves named by DNS SANs without a SPIFFE ID (gateway certificates); their chains are still verified")
+	fl.StringVar(&f.pod, "pod", "", "read what the meshid agent of pod `NS/NAME` holds, through the API server (a port-forward to its /debug/secrets)")
+	fl.StringVar(&f.container, "container", podagent.DefaultContainer, "with --pod: the agent's container `name`")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "with --pod: kubeconfig `file` (default: $KUBECONFIG, then ~/.kube/config)")
 	return cmd
 }
 
 func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
 	format, err := inspect.ParseFormat(f.output)
 	if err != nil {
-		return err
+		return cli.Usage(err)
 	}
 	if len(f.resources) != 0 && f.sds == "" {
-		return errors.New("inspect: --resource needs --sds")
+		return cli.Usage(errors.New("inspect: --resource needs --sds"))
 	}
 	cfg := inspect.Config{
 		Paths: args, Stdin: cmd.InOrStdin(), RootsFile: f.roots,
-		Options: inspect.Options{Now: inspectClock.Now(), ExpiresWithin: time.Duration(f.expiresWithin)},
+		Options: inspect.Options{Now: inspectClock.Now(), ExpiresWithin: time.Duration(f.expiresWithin), AllowDNS: f.allowDNS},
 		Format:  format, Verbose: f.verbose, Out: cmd.OutOrStdout(),
+		// Colour and the narrow table only for a person at a terminal
+		// (https://no-color.org: NO_COLOR turns both off).
+		Terminal: inspect.IsTerminal(cmd.OutOrStdout()) && os.Getenv("NO_COLOR") == "",
 	}
 	if f.trustDomain != "" {
 		td, err := spiffeid.TrustDomainFromString(f.trustDomain)
 		if err != nil {
-			return fmt.Errorf("inspect: --trust-domain: %v", err)
+			return cli.Usage(fmt.Errorf("inspect: --trust-domain: %v", err))
 		}
 		cfg.Options.TrustDomain = td
 	}
 	if f.sds != "" {
 		cfg.Sources = append(cfg.Sources, inspect.SDS(sdsfetch.Config{Socket: f.sds, Names: f.resources, Timeout: f.timeout}))
+	}
+	if f.pod != "" {
+		src, err := podSource(f)
+		if err != nil {
+			return err
+		}
+		cfg.Sources = append(cfg.Sources, src)
 	}
 	rep, err := inspect.Run(cmd.Context(), cfg)
 	if err != nil {
@@ -105,7 +133,27 @@ func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
 	}
 	code := map[inspect.Status]int{inspect.StatusInvalid: exitInspectInvalid, inspect.StatusExpiring: exitInspectExpiring}[rep.Status]
 	if err := rep.Err(); err != nil {
-		return &exitError{code: code, err: err}
+		return &cli.ExitCodeError{Code: code, Err: err}
 	}
 	return nil
+}
+
+// podSource is the Source of --pod NS/NAME: the agent's /debug/secrets
+// through a port-forward.
+func podSource(f *inspectFlags) (inspect.Source, error) {
+	ns, name, ok := strings.Cut(f.pod, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return nil, cli.Usage(fmt.Errorf("inspect: --pod %q: want NAMESPACE/NAME", f.pod))
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.kubeconfig
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("inspect: --pod needs a cluster (--kubeconfig): %v", err)
+	}
+	a, err := podagent.New(podagent.Config{REST: rc, Namespace: ns, Pod: name, Container: f.container, Timeout: f.timeout, MaxBody: secretdump.MaxSize})
+	if err != nil {
+		return nil, err
+	}
+	return inspect.AgentDump("pod "+f.pod, func(ctx context.Context) ([]byte, error) { return a.Get(ctx, secretdump.Path) }), nil
 }

@@ -161,8 +161,8 @@ func TestInspectExitCodes(t *testing.T) {
 	}{
 		{"valid", []string{"inspect", "--roots", roots, good}, nil, 0, "true", "", false},
 		{"valid dir", []string{"inspect", h.caDir}, nil, 0, "ca-cert.pem", "", false},
-		{"expired", []string{"inspect", "--roots", roots, expired}, nil, 2, "expired at 2026-06-01T11:00:00Z (1h0m ago)", "1 of 1 input(s) invalid", true},
-		{"foreign root", []string{"inspect", "--roots", otherRoots, good}, nil, 2, "unknown issuer", "invalid", true},
+		{"expired", []string{"inspect", "--roots", roots, expired}, nil, 4, "expired at 2026-06-01T11:00:00Z (1h0m ago)", "1 of 1 input(s) invalid", true},
+		{"foreign root", []string{"inspect", "--roots", otherRoots, good}, nil, 4, "unknown issuer", "invalid", true},
 		{"expires within", []string{"inspect", "--roots", roots, "--expires-within", "1h", soon}, nil, 3, "warning: leaf " + testWorkload + " expires at 2026-06-01T12:30:00Z, in 30m, within 1h", "expire within 1h", true},
 		{"expires within days", []string{"inspect", "--roots", roots, "--expires-within", "1d", good}, nil, 3, "within 24h", "", false},
 		{"stdin dash", []string{"inspect", "--roots", roots, "-"}, goodPEM, 0, "stdin", "", false},
@@ -172,8 +172,8 @@ func TestInspectExitCodes(t *testing.T) {
 		{"unknown block", []string{"inspect", unknown}, nil, 1, "", `inspect: ` + unknown + `: unknown PEM block type "X509 CRL"`, true},
 		{"garbage on stdin", []string{"inspect", "-"}, []byte("\x00\x01garbage"), 1, "", "inspect: stdin: not PEM", true},
 		{"missing file", []string{"inspect", filepath.Join(h.dir, "nope.pem")}, nil, 1, "", "nope.pem: no such file or directory", true},
-		{"bad output", []string{"inspect", "-o", "yaml", good}, nil, 1, "", `unknown output format "yaml"`, true},
-		{"resource without sds", []string{"inspect", "--resource", "default", good}, nil, 1, "", "--resource needs --sds", true},
+		{"bad output", []string{"inspect", "-o", "yaml", good}, nil, 2, "", `unknown output format "yaml"`, true},
+		{"resource without sds", []string{"inspect", "--resource", "default", good}, nil, 2, "", "--resource needs --sds", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -192,7 +192,7 @@ func TestInspectExitCodes(t *testing.T) {
 
 	// The same certificate, later: expired.
 	fake.Set(cliNow.Add(13 * time.Hour))
-	if out, _, code := meshidRun(t, nil, "inspect", "--roots", roots, good); code != 2 || !strings.Contains(out, "expired at") {
+	if out, _, code := meshidRun(t, nil, "inspect", "--roots", roots, good); code != 4 || !strings.Contains(out, "expired at") {
 		t.Fatalf("after expiry: exit %d\n%s", code, out)
 	}
 }
@@ -283,8 +283,8 @@ func TestInspectSDS(t *testing.T) {
 
 	out := meshidOK(t, "inspect", "--sds", sock)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "RESOURCE") {
-		t.Fatalf("want a header and two rows:\n%s", out)
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "RESOURCE") || lines[4] != "default: private key (ec-p256, from default) matches" {
+		t.Fatalf("want a header, two rows and the key confirmed without -v:\n%s", out)
 	}
 	for i, want := range [][]string{{"default", "Cert Chain", "true", testWorkload, "12h0m"}, {"ROOTCA", "CA", "true"}} {
 		for _, w := range want {
@@ -307,13 +307,21 @@ func TestInspectSDS(t *testing.T) {
 	other := filepath.Join(h.dir, "other")
 	meshidOK(t, "certs", "root", "--out", other)
 	out, _, code := meshidRun(t, nil, "inspect", "--sds", sock, "--roots", filepath.Join(other, "root-cert.pem"))
-	if code != 2 || !strings.Contains(out, "unknown issuer") {
+	if code != exitInspectInvalid || !strings.Contains(out, "unknown issuer") {
 		t.Fatalf("foreign --roots: exit %d\n%s", code, out)
 	}
 
-	_, errOut, code := meshidRun(t, nil, "inspect", "--sds", sock, "--resource", "nope", "--timeout", "200ms")
-	if code != 1 || !strings.Contains(errOut, `no answer for resource "nope"`) || strings.Count(errOut, "\n") != 1 {
-		t.Fatalf("unknown resource: exit %d, %q", code, errOut)
+	// Names the agent cannot serve are answered with its reason (through
+	// FetchSecrets), not left to the timeout: the timeout's message would
+	// be "no answer for resource".
+	for _, tc := range []struct{ name, want string }{
+		{"nope", `resource "nope": NotFound: sds: unknown resource "nope"`},
+		{"file-cert:certs/a.pem~certs/a-key.pem", `NotFound: sds: unknown resource "file-cert:certs/a.pem~certs/a-key.pem": no such regular file under the agent's --file-secret-dirs (a relative path is relative to the agent's working directory)`},
+	} {
+		_, errOut, code := meshidRun(t, nil, "inspect", "--sds", sock, "--resource", tc.name, "--timeout", "1m")
+		if code != 1 || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
+			t.Fatalf("resource %s: exit %d, %q; want %q", tc.name, code, errOut, tc.want)
+		}
 	}
 }
 

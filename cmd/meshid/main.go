@@ -6,4 +6,4 @@ import (
 	"github.com/meshid/meshid/cmd/internal/cli"
 )
 
-func main() { os.Exit(cli.Execute(newRootCmd(os.Stdout, os.Stderr), os.Stderr, exitCode)) }
+func main() { os.Exit(cli.Execute(newRootCmd(os.Stdout, os.Stderr), os.Stderr, cli.ExitCode)) }

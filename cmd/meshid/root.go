@@ -1,30 +1,12 @@
 package main
 
 import (
-	"errors"
 	"io"
 
 	"github.com/spf13/cobra"
 
 	"github.com/meshid/meshid/cmd/internal/cli"
 )
-
-// exitError carries a process exit code through cobra.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
-func exitCode(err error) int {
-	var e *exitError
-	if errors.As(err, &e) {
-		return e.code
-	}
-	return 1
-}
 
 // runners run the long-lived commands from their Configs; tests replace
 // them to check the Config that flags and environment produce.
@@ -56,5 +38,6 @@ func newRootCmdWith(stdout, stderr io.Writer, r runners) *cobra.Command {
 	root.AddCommand(newInspectCmd())
 	root.AddCommand(newCertsCmd())
 	cli.SetVersion(root)
+	cli.MarkUsageErrors(root)
 	return root
 }

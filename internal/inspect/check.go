@@ -57,6 +57,10 @@ type Options struct {
 	ExpiresWithin time.Duration
 	// TrustDomain, when set, is the trust domain every leaf must be in.
 	TrustDomain spiffeid.TrustDomain
+	// AllowDNS accepts a leaf named by DNS SANs and no URI SAN (an
+	// ingress gateway's certificate) instead of calling it not SPIFFE; its
+	// chain is still verified (--allow-dns).
+	AllowDNS bool
 }
 
 // Report is the outcome of Check; it is what `-o json` prints.
@@ -115,7 +119,7 @@ func Check(inputs []*Input, opts Options) *Report {
 
 func checkInput(in *Input, all []*Input, opts Options) Result {
 	r := Result{
-		Name:         in.Name,
+		Name:         displayName(in.Name), // "stdin" for "-", in JSON as in the table
 		Origin:       in.Origin,
 		Type:         in.Type(),
 		Problems:     []Problem{},
@@ -199,9 +203,9 @@ func checkInput(in *Input, all []*Input, opts Options) Result {
 
 func keySource(in *Input) string {
 	if in.KeyName != "" {
-		return in.KeyName
+		return displayName(in.KeyName)
 	}
-	return in.Name
+	return displayName(in.Name)
 }
 
 func describePrivateKey(in *Input, pub any) *PrivateKey {
@@ -273,6 +277,10 @@ func spiffeProblems(in *Input, roots []*x509.Certificate, rootsName string, opts
 	what := label(in, 0)
 	var ps []Problem
 	switch n := len(leaf.URIs); {
+	case n == 0 && opts.AllowDNS && len(leaf.DNSNames) != 0:
+		return nil // a DNS-named leaf, accepted with --allow-dns
+	case n == 0 && len(leaf.DNSNames) != 0:
+		return []Problem{{CodeNotSPIFFE, fmt.Sprintf("%s is not a SPIFFE leaf: it has DNS SANs and no URI SAN (a gateway certificate? --allow-dns accepts it)", what)}}
 	case n == 0:
 		return []Problem{{CodeNotSPIFFE, fmt.Sprintf("%s is not a SPIFFE leaf: it has no URI SAN, so no SPIFFE ID", what)}}
 	case n > 1:

@@ -10,41 +10,104 @@ import (
 	"github.com/meshid/meshid/certs"
 )
 
-// WriteTable writes one row per result, then one line per problem. With
-// verbose it adds every certificate's details.
+// WriteTable writes one row per result, then one line per problem and
+// one per private key checked against its certificate. With verbose it adds
+// every certificate's details.
 func WriteTable(w io.Writer, rep *Report, verbose bool) error {
+	return WriteTableStyle(w, rep, TableStyle{Verbose: verbose})
+}
+
+// TableStyle is how WriteTableStyle draws the table.
+type TableStyle struct {
+	Verbose bool // every certificate's details under the table
+	// Terminal is for a person at a terminal (cmd sets it only when
+	// standard output is one, and not with NO_COLOR): VALID in colour and
+	// no NOT BEFORE column, so a row fits a narrower window. Pipes and
+	// files always get the full, plain table.
+	Terminal bool
+}
+
+// ANSI colours of the VALID column. Every code has the same length, and the
+// header gets one too, so tabwriter (which counts bytes) still aligns the
+// columns.
+const (
+	ansiGreen = "\x1b[32m"
+	ansiRed   = "\x1b[31m"
+	ansiBold  = "\x1b[01m"
+	ansiReset = "\x1b[0m"
+)
+
+// WriteTableStyle is WriteTable in a given style.
+func WriteTableStyle(w io.Writer, rep *Report, st TableStyle) error {
 	ew := &errWriter{w: w}
 	tw := tabwriter.NewWriter(ew, 0, 0, 3, ' ', 0)
-	fmt.Fprintf(tw, "%s\tTYPE\tVALID\tSPIFFE ID\tSERIAL\tNOT BEFORE\tNOT AFTER\tEXPIRES IN\n", nameHeader(rep))
+	valid := func(v string, ok bool) string {
+		if !st.Terminal {
+			return v
+		}
+		c := ansiRed
+		switch {
+		case v == "VALID":
+			c = ansiBold
+		case ok:
+			c = ansiGreen
+		}
+		return c + v + ansiReset
+	}
+	if st.Terminal {
+		fmt.Fprintf(tw, "%s\tTYPE\t%s\tSPIFFE ID\tSERIAL\tNOT AFTER\tEXPIRES IN\n", nameHeader(rep), valid("VALID", true))
+	} else {
+		fmt.Fprintf(tw, "%s\tTYPE\tVALID\tSPIFFE ID\tSERIAL\tNOT BEFORE\tNOT AFTER\tEXPIRES IN\n", nameHeader(rep))
+	}
 	for _, r := range rep.Results {
 		nb, na := "-", "-"
 		if r.NotBefore != nil {
 			nb, na = stamp(*r.NotBefore), stamp(*r.NotAfter)
 		}
+		if st.Terminal {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+				displayName(r.Name), r.Type, valid(fmt.Sprint(r.Valid), r.Valid), dash(r.SPIFFEID), dash(r.Serial), na, dash(r.ExpiresIn))
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%s\t%s\t%s\t%s\n",
 			displayName(r.Name), r.Type, r.Valid, dash(r.SPIFFEID), dash(r.Serial), nb, na, dash(r.ExpiresIn))
 	}
 	tw.Flush()
-	problems := false
-	for _, r := range rep.Results {
-		for _, p := range r.Problems {
-			if !problems {
-				fmt.Fprintln(ew)
-				problems = true
-			}
-			if p.Code == CodeExpiring {
-				fmt.Fprintf(ew, "%s: warning: %s\n", displayName(r.Name), p.Message)
-			} else {
-				fmt.Fprintf(ew, "%s: %s\n", displayName(r.Name), p.Message)
-			}
-		}
-	}
-	if verbose {
+	writeNotes(ew, rep)
+	if st.Verbose {
 		for _, r := range rep.Results {
 			writeDetail(ew, r)
 		}
 	}
 	return ew.err
+}
+
+// writeNotes writes the problems, then the private keys checked against
+// their certificate (a mismatch is also a problem), so that a key match is
+// confirmed without -v.
+func writeNotes(w io.Writer, rep *Report) {
+	first := true
+	note := func(format string, args ...any) {
+		if first {
+			fmt.Fprintln(w)
+			first = false
+		}
+		fmt.Fprintf(w, format, args...)
+	}
+	for _, r := range rep.Results {
+		for _, p := range r.Problems {
+			if p.Code == CodeExpiring {
+				note("%s: warning: %s\n", displayName(r.Name), p.Message)
+			} else {
+				note("%s: %s\n", displayName(r.Name), p.Message)
+			}
+		}
+	}
+	for _, r := range rep.Results {
+		if k := r.PrivateKey; k != nil && k.Matches != nil && *k.Matches {
+			note("%s: private key (%s, from %s) matches\n", displayName(r.Name), k.PublicKey.Type, displayName(k.Source))
+		}
+	}
 }
 
 func nameHeader(rep *Report) string {

@@ -53,7 +53,10 @@ type Config struct {
 	Options   Options
 	Format    Format // default table
 	Verbose   bool   // table: every certificate's details
-	Out       io.Writer
+	// Terminal draws the table for a person (TableStyle.Terminal): set it
+	// only when Out is a terminal.
+	Terminal bool
+	Out      io.Writer
 }
 
 // Run reads the inputs, checks them and writes the report to cfg.Out. The
@@ -85,7 +88,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	case FormatPEM:
 		err = WritePEM(cfg.Out, inputs)
 	default:
-		err = WriteTable(cfg.Out, rep, cfg.Verbose)
+		err = WriteTableStyle(cfg.Out, rep, TableStyle{Verbose: cfg.Verbose, Terminal: cfg.Terminal})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("inspect: write: %v", err)

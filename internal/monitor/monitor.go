@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,7 +31,13 @@ type Config struct {
 	// and carry no authentication: New refuses them unless Listen is a
 	// loopback address.
 	Handlers map[string]http.Handler
-	Logger   *slog.Logger // nil discards logs
+	// LocalHandlers are read-only endpoints by path (under /debug/, such as
+	// "/debug/secrets") served on any Listen address but answered only to
+	// a loopback peer: a process in the same network namespace, which
+	// includes `kubectl port-forward` and meshid inspect --pod, never
+	// another pod. Others get 403.
+	LocalHandlers map[string]http.Handler
+	Logger        *slog.Logger // nil discards logs
 }
 
 // Loopback reports whether the TCP address addr ("host:port") listens only
@@ -46,6 +53,19 @@ func Loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// LoopbackPeerOnly answers 403 to a request whose peer is not a loopback
+// address.
+func LoopbackPeerOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			http.Error(w, "served only to a loopback peer (use kubectl port-forward or meshid inspect --pod)", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Server is the monitoring HTTP server.
@@ -93,6 +113,9 @@ func New(cfg Config) (*Server, error) {
 	for path, h := range cfg.Handlers {
 		mux.Handle(path, h)
 	}
+	for path, h := range cfg.LocalHandlers {
+		mux.Handle(path, LoopbackPeerOnly(h))
+	}
 	return &Server{
 		cfg: cfg,
 		log: log,
@@ -116,7 +139,12 @@ func (s *Server) Listen() error {
 	}
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("monitor: listen %s: %w", s.cfg.Listen, err)
+		hint := ""
+		if errors.Is(err, syscall.EADDRINUSE) {
+			// Most often a second agent (or dev) on the default port.
+			hint = "; another process has it (a second agent?): give --monitoring-listen a free address (127.0.0.1:0 picks one) or an empty value to turn monitoring off"
+		}
+		return fmt.Errorf("monitor: --monitoring-listen %s: %w%s", s.cfg.Listen, err, hint)
 	}
 	s.ln = ln
 	return nil

@@ -3,7 +3,9 @@ package monitor_test
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -121,5 +123,80 @@ func TestNilServerHasNoAddr(t *testing.T) {
 	var s *monitor.Server
 	if a := s.Addr(); a != nil {
 		t.Fatalf("nil Server Addr = %v, want nil", a)
+	}
+}
+
+// TestLocalHandlersLoopbackPeerOnly: a local handler is served on a
+// listener on every interface, but only to loopback peers; a peer on
+// another address (a real connection through the host's own non-loopback
+// address when it has one) gets 403 and never reaches the handler.
+func TestLocalHandlersLoopbackPeerOnly(t *testing.T) {
+	var calls atomic.Int32
+	s, err := monitor.New(monitor.Config{
+		Listen:   "0.0.0.0:0",
+		Gatherer: prometheus.NewRegistry(),
+		LocalHandlers: map[string]http.Handler{"/debug/secrets": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			calls.Add(1)
+			io.WriteString(w, "public")
+		})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Run(t, "monitor", s.Run)
+	_, port, _ := net.SplitHostPort(s.Addr().String())
+	get := func(host string) int {
+		t.Helper()
+		resp, err := http.Get("http://" + net.JoinHostPort(host, port) + "/debug/secrets")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("127.0.0.1"); code != 200 || calls.Load() != 1 {
+		t.Fatalf("loopback peer: %d, %d calls", code, calls.Load())
+	}
+	if ip := testkit.NonLoopbackIP(); ip != "" {
+		if code := get(ip); code != http.StatusForbidden {
+			t.Fatalf("peer %s: %d, want 403", ip, code)
+		}
+	}
+	for _, peer := range []string{"10.1.2.3:4000", "[fe80::1]:4000", "garbage"} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/debug/secrets", nil)
+		req.RemoteAddr = peer
+		monitor.LoopbackPeerOnly(http.NotFoundHandler()).ServeHTTP(rec, req)
+		if rec.Code != http.StatusForbidden {
+			t.Errorf("peer %s: %d", peer, rec.Code)
+		}
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("handler called %d times", calls.Load())
+	}
+}
+
+// TestListenTakenNamesTheFlag: a port another process holds (a second
+// agent on the default port) is an error that names --monitoring-listen and
+// says how to pick a free one.
+func TestListenTakenNamesTheFlag(t *testing.T) {
+	first, err := monitor.New(monitor.Config{Listen: "127.0.0.1:0", Gatherer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Run(t, "monitor", first.Run)
+	second, err := monitor.New(monitor.Config{Listen: first.Addr().String(), Gatherer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = second.Listen()
+	if err == nil || !strings.Contains(err.Error(), "--monitoring-listen "+first.Addr().String()) || !strings.Contains(err.Error(), "127.0.0.1:0 picks one") {
+		t.Fatalf("second listener on %s: %v", first.Addr(), err)
 	}
 }

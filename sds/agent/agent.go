@@ -20,6 +20,7 @@ import (
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/caclient"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/sds/secretdump"
 	"github.com/meshid/meshid/sds/workloadapi"
 )
 
@@ -145,6 +146,8 @@ func assemble(cfg Config, signer secretcache.Signer, id spiffeid.ID) (*Agent, er
 			Ready:    cache.Ready,
 			Logger:   cfg.Logger,
 			Handlers: debug,
+			// Read-only and key-free, so always on, to loopback peers.
+			LocalHandlers: map[string]http.Handler{secretdump.Path: secretdump.Handler(a.Dump)},
 		})
 		if err != nil {
 			return nil, err
@@ -212,6 +215,27 @@ func (a *Agent) Listen() error {
 		}
 	}
 	return a.sds.Listen()
+}
+
+// Dump is what the agent serves at /debug/secrets: its identity,
+// readiness (with the CA's last failure while it backs off) and the
+// certificate chain and roots it holds, never the key.
+func (a *Agent) Dump() secretdump.Dump {
+	d := secretdump.Dump{Identity: a.cache.ID().String(), Ready: true}
+	if err := a.cache.Ready(); err != nil {
+		d.Ready, d.Reason = false, err.Error()
+		if last := a.cache.LastError(); last != nil {
+			d.Reason += "; last CA failure: " + last.Error()
+		}
+	}
+	cert, roots := a.cache.Current()
+	if cert != nil {
+		d.Secrets = append(d.Secrets, secretdump.Chain(cert.Name, cert.Version, cert.Chain, cert.NotAfter))
+	}
+	if roots != nil {
+		d.Secrets = append(d.Secrets, secretdump.Roots(roots.Name, roots.Version, roots.Roots, roots.NotAfter))
+	}
+	return d
 }
 
 // RotateHandler forces a renewal of `default` (POST only); meshid-bench sds

@@ -127,6 +127,7 @@ func Fetch(ctx context.Context, cfg Config) ([]*Secret, error) {
 			out[i] = s
 			return err
 		})
+		g.Go(func() error { return f.probe(gctx, name) })
 	}
 	err = g.Wait()
 	if status.Code(err) == codes.Unimplemented {
@@ -196,6 +197,21 @@ func (f fetcher) stream(ctx context.Context, name string) (*Secret, error) {
 		}
 		f.log.Debug("SDS response without the resource asked for; waiting", "resource", name)
 	}
+}
+
+// probe asks for name with the unary FetchSecrets alongside its stream. A
+// SotW stream never answers a name the server does not know (a proxy just
+// waits), but FetchSecrets does at once (meshid's agent: NotFound with the
+// reason, such as a relative file-cert: path): that answer ends the fetch
+// instead of the timeout. Any other outcome (the secret, Unimplemented on
+// servers without FetchSecrets, ...) leaves the stream to decide.
+func (f fetcher) probe(ctx context.Context, name string) error {
+	_, err := f.client.FetchSecrets(ctx, &discoveryv3.DiscoveryRequest{Node: f.node, ResourceNames: []string{name}, TypeUrl: TypeURL})
+	switch status.Code(err) {
+	case codes.NotFound, codes.InvalidArgument:
+		return &resourceError{name, err}
+	}
+	return nil
 }
 
 // fetch uses the unary FetchSecrets for servers without streaming.

@@ -241,6 +241,22 @@ func (m *Manager) Secret(ctx context.Context, name string) (*Secret, error) {
 	}
 }
 
+// Current returns the workload certificate and roots held now (either may
+// be nil, and cert may have expired), without contacting the CA: for
+// read-only views such as the agent's /debug/secrets. Callers must not
+// modify them.
+func (m *Manager) Current() (cert, roots *Secret) {
+	return m.cert.Load(), m.roots.Load()
+}
+
+// LastError is the CA's last failure while the Manager backs off from it,
+// nil otherwise.
+func (m *Manager) LastError() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastErr
+}
+
 // Ready reports whether an unexpired workload certificate is held, for
 // /readyz. It never contacts the CA.
 func (m *Manager) Ready() error {

@@ -139,8 +139,8 @@ func TestDevInspect(t *testing.T) {
 		leaf := writePEM(t, dir, "expired.pem", append(append(iss.Chain[:0:0], iss.Leaf), iss.Chain...)...)
 
 		res := runMeshid(t, nil, "inspect", "--roots", roots, leaf)
-		if res.code != 2 || !strings.Contains(res.stdout, "expired at") {
-			t.Fatalf("exit %d, want 2 saying it expired:\n%s%s", res.code, res.stdout, res.stderr)
+		if res.code != 4 || !strings.Contains(res.stdout, "expired at") {
+			t.Fatalf("exit %d, want 4 saying it expired:\n%s%s", res.code, res.stdout, res.stderr)
 		}
 		rep := parseReport(t, runMeshid(t, nil, "inspect", "--roots", roots, leaf, "-o", "json"))
 		wantProblem(t, rep, "expired")
@@ -153,8 +153,8 @@ func TestDevInspect(t *testing.T) {
 		leaf := writePEM(t, dir, "foreign.pem", iss.Leaf)
 
 		res := runMeshid(t, nil, "inspect", "--roots", d.root, leaf)
-		if res.code != 2 || !strings.Contains(res.stdout, "unknown issuer") {
-			t.Fatalf("exit %d, want 2 saying the issuer is unknown:\n%s%s", res.code, res.stdout, res.stderr)
+		if res.code != 4 || !strings.Contains(res.stdout, "unknown issuer") {
+			t.Fatalf("exit %d, want 4 saying the issuer is unknown:\n%s%s", res.code, res.stdout, res.stderr)
 		}
 		rep := parseReport(t, runMeshid(t, nil, "inspect", "--roots", d.root, leaf, "-o", "json"))
 		wantProblem(t, rep, "unknown_issuer")

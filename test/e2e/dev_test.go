@@ -25,6 +25,7 @@ var (
 	devCALine           = regexp.MustCompile(`CA \(CreateCertificate, TLS\)\s+(\S+)`)
 	devCAMonitorLine    = regexp.MustCompile(`CA metrics/health\s+(\S+)`)
 	devAgentMonitorLine = regexp.MustCompile(`agent metrics/health\s+(\S+)`)
+	devTryLine          = regexp.MustCompile(`Try: (\S+) inspect --sds `)
 )
 
 // startDev runs `meshid dev` on free ports in a fresh state directory and
@@ -41,6 +42,11 @@ func startDev(t *testing.T) *dev {
 	d.caAddr = d.proc.waitLine(t, devCALine)[1]
 	d.caMonitor = d.proc.waitLine(t, devCAMonitorLine)[1]
 	d.agentMonitor = d.proc.waitLine(t, devAgentMonitorLine)[1]
+	// The banner's command names the binary as it was run (bin/meshid
+	// under make run), not a "meshid" that may not be on the PATH.
+	if try := d.proc.waitLine(t, devTryLine); try[1] != meshidBin {
+		t.Fatalf("the banner says Try: %s, want the binary %s", try[1], meshidBin)
+	}
 	d.root = filepath.Join(d.stateDir, "root-cert.pem")
 	d.sock = filepath.Join(d.stateDir, "sds.sock")
 	waitSDS(t, d.sock)

@@ -108,7 +108,7 @@ func TestCertsRoundTrip(t *testing.T) {
 		other := filepath.Join(work, "other")
 		mustMeshid(t, "certs", "root", "--out", other)
 		bad := runMeshid(t, nil, "inspect", "--roots", filepath.Join(other, "root-cert.pem"), chainFile)
-		if bad.code != 2 || !strings.Contains(bad.stdout, "unknown issuer") {
+		if bad.code != 4 || !strings.Contains(bad.stdout, "unknown issuer") {
 			t.Fatalf("against another root: exit %d\n%s%s", bad.code, bad.stdout, bad.stderr)
 		}
 	})

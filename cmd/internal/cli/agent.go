@@ -47,7 +47,7 @@ func (f *AgentFlags) Register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.certTTL, "cert-ttl", agent.DefaultCertTTL, "requested workload certificate TTL")
 	fs.Float64Var(&f.graceRatio, "grace-ratio", agent.DefaultGraceRatio, "renew after this fraction of the certificate lifetime")
 	fs.Float64Var(&f.jitter, "grace-ratio-jitter", agent.DefaultJitter, "± fraction of the lifetime by which renewal moves at random (0 = none)")
-	fs.StringVar(&f.keyType, "key-type", string(agent.DefaultKeyType), "workload key: ec-p256 | ec-p384 | rsa-2048 | rsa-3072")
+	fs.StringVar(&f.keyType, "key-type", string(agent.DefaultKeyType), "workload key: "+certs.KeyTypeNames(certs.KeyTypes))
 	fs.StringVar(&f.monitoringListen, "monitoring-listen", agent.DefaultMonitoringListen, "address of /metrics /healthz /readyz (empty disables)")
 	fs.StringVar(&f.trustDomain, "trust-domain", agent.DefaultTrustDomain, "SPIFFE trust domain of the workload identity")
 	fs.StringVar(&f.clusterID, "cluster-id", "", "ClusterID sent in CSR metadata")

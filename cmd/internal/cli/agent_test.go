@@ -141,3 +141,18 @@ func TestAgentEnvErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentHelpListsEveryKeyType: --key-type's help names every type the
+// agent accepts (it once left out rsa-4096), and each is accepted.
+func TestAgentHelpListsEveryKeyType(t *testing.T) {
+	cmd := cli.AgentCommand("agent", func(context.Context, agent.Config) error { return nil })
+	usage := cmd.Flags().Lookup("key-type").Usage
+	for _, kt := range certs.KeyTypes {
+		if !strings.Contains(usage, string(kt)) {
+			t.Errorf("--key-type help %q lacks %s", usage, kt)
+		}
+		if _, err := certs.ParseKeyType(string(kt)); err != nil {
+			t.Errorf("%s listed but refused: %v", kt, err)
+		}
+	}
+}

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/meshid/meshid/cmd/internal/cli"
+)
+
+// TestUsageExitCode: a wrong command line exits 2 with one line naming
+// what is wrong; a command that runs and fails exits 1.
+func TestUsageExitCode(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"nope"}, cli.ExitUsage, `unknown command "nope"`},
+		{[]string{"inspec"}, cli.ExitUsage, "did you mean inspect?"},
+		{[]string{"inspect", "--nope"}, cli.ExitUsage, "unknown flag: --nope"},
+		{[]string{"certs", "root"}, cli.ExitUsage, `required flag(s) "out" not set`},
+		{[]string{"certs", "root", "--out", dir, "extra"}, cli.ExitUsage, `unknown command "extra"`},
+		{[]string{"certs", "root", "--out", dir, "--ttl", "soon"}, cli.ExitUsage, "--ttl"},
+		{[]string{"server", "--max-ttl", "x"}, cli.ExitUsage, "--max-ttl"},
+		{[]string{"inspect", "-o", "yaml", dir}, cli.ExitUsage, "unknown output format"},
+		{[]string{"inspect", dir + "/nope.pem"}, cli.ExitError, "no such file"},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, errOut, code := meshidRun(t, nil, tc.args...)
+			if code != tc.code || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
+				t.Fatalf("exit %d, stderr %q; want %d and one line with %q", code, errOut, tc.code, tc.want)
+			}
+		})
+	}
+	if out := meshidOK(t); !strings.Contains(out, "Available Commands") {
+		t.Fatalf("meshid without arguments: %q", out)
+	}
+}

@@ -6,7 +6,7 @@ AGENTBIN := bin/meshid-agent
 STATE    ?= ./.meshid-dev
 PKGS     := ./...
 
-.PHONY: all build run test test-unit test-kube test-image test-observability kube-binaries bench fuzz soak mutate lint fmt clean softhsm image image-context
+.PHONY: all build run test test-unit test-kube test-image test-observability kube-binaries helm-binary bench fuzz soak mutate lint fmt clean softhsm image image-context
 
 all: build
 
@@ -109,8 +109,16 @@ test-observability:
 kube-binaries:
 	bash test/kube/hack/build-binaries.sh
 
-## test-kube: the suite against a real etcd + kube-apiserver.
-test-kube: kube-binaries
+## helm-binary: build the Helm CLI (helm.sh/helm/v4, pinned in
+## test/kube/tools/helm/go.mod) once into the same cache, for the chart tests
+## (deploy/charts/meshid: lint, template, install/upgrade/uninstall on the
+## real API server). Stamp-checked like kube-binaries.
+helm-binary:
+	bash test/kube/hack/build-helm.sh
+
+## test-kube: the suite against a real etcd + kube-apiserver (and the chart
+## through the real helm).
+test-kube: kube-binaries helm-binary
 	cd test/kube && GOFLAGS=-mod=mod $(GO) test -count=1 -timeout 30m ./...
 
 ## bench: Go benchmarks and a short load run against `meshid dev`, with the

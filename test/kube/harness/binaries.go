@@ -96,3 +96,24 @@ func BuildMeshid(dir string) (string, error) {
 	}
 	return out, nil
 }
+
+// EnsureHelm runs hack/build-helm.sh, which builds the pinned Helm CLI
+// (test/kube/tools/helm) into BinDir once and returns at once when its
+// stamp matches, and returns the helm binary's path.
+func EnsureHelm() (string, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	bin, err := BinDir()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("bash", filepath.Join(root, "hack", "build-helm.sh"))
+	cmd.Env = append(os.Environ(), "KUBE_BIN_DIR="+bin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("harness: build-helm.sh: %w\n%s", err, out)
+	}
+	return filepath.Join(bin, "helm"), nil
+}

@@ -262,6 +262,21 @@ func TestTemplateMonitoring(t *testing.T) {
 	if !reflect.DeepEqual(pr.Object["spec"], want) {
 		t.Errorf("PrometheusRule spec is not deploy/observability/meshid-alerts.yaml")
 	}
+	// With citadelCompat, the recording rules of Istio's names follow.
+	compatFile, err := os.ReadFile(filepath.Join(repo, "deploy", "observability", "citadel-compat-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compat map[string]any
+	if err := yaml.Unmarshal(compatFile, &compat); err != nil {
+		t.Fatal(err)
+	}
+	withCompat := render(t, "meshid", ns, "prometheusRule.enabled=true", "prometheusRule.citadelCompat=true").get(t, "PrometheusRule", ns, "meshid")
+	groups, _, _ := unstructured.NestedSlice(withCompat.Object, "spec", "groups")
+	wantGroups := append(slices.Clone(want["groups"].([]any)), compat["groups"].([]any)...)
+	if !reflect.DeepEqual(groups, wantGroups) {
+		t.Errorf("PrometheusRule with citadelCompat holds %d groups, want the alerts' and the compat rules' (%d)", len(groups), len(wantGroups))
+	}
 
 	cm := r.get(t, "ConfigMap", ns, "meshid-dashboard")
 	dash, _, _ := unstructured.NestedString(cm.Object, "data", "meshid.json")

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"io"
 	"io/fs"
@@ -79,7 +80,19 @@ func loadManifests(t *testing.T) []manifest {
 	if len(out) == 0 {
 		t.Fatalf("no manifests under %s", root)
 	}
+	// Namespaces first, as installed (deploy/namespace/, then deploy/):
+	// deploy/namespace/ sorts after the files that need it.
+	slices.SortStableFunc(out, func(a, b manifest) int {
+		return cmp.Compare(nsRank(a), nsRank(b))
+	})
 	return out
+}
+
+func nsRank(m manifest) int {
+	if m.obj.GetKind() == "Namespace" {
+		return 0
+	}
+	return 1
 }
 
 // find returns the first manifest of kind with name in namespace ns.

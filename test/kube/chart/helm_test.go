@@ -3,14 +3,14 @@ package chart_test
 import (
 	"bytes"
 	"errors"
-	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/meshid/meshid/test/kube/harness"
 )
 
 // helm runs the real helm CLI with args against the harness's API server
@@ -76,18 +76,11 @@ func renderErr(t *testing.T, release, ns string, set ...string) (rendered, error
 func decode(t *testing.T, manifest string) rendered {
 	t.Helper()
 	objs := rendered{}
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
-	for {
-		obj := map[string]any{}
-		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("decode rendered manifest: %v\n%s", err, manifest)
-		}
-		if len(obj) == 0 {
-			continue
-		}
-		u := &unstructured.Unstructured{Object: obj}
+	us, err := harness.DecodeManifests([]byte(manifest))
+	if err != nil {
+		t.Fatalf("decode rendered manifest: %v\n%s", err, manifest)
+	}
+	for _, u := range us {
 		k := key(u.GetKind(), u.GetNamespace(), u.GetName())
 		if objs[k] != nil {
 			t.Fatalf("%s rendered twice", k)

@@ -9,49 +9,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
 )
-
-// server reads objects back from the API server, whatever their kind.
-type server struct {
-	dyn    dynamic.Interface
-	mapper meta.RESTMapper
-}
-
-func newServer(t *testing.T) *server {
-	t.Helper()
-	cfg := cluster.AdminConfig()
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &server{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
-}
-
-// get returns the live object of o's kind, namespace and name.
-func (s *server) get(t *testing.T, o *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	t.Helper()
-	gvk := o.GroupVersionKind()
-	m, err := s.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		t.Fatalf("%s: %v", gvk, err)
-	}
-	var rc dynamic.ResourceInterface = s.dyn.Resource(m.Resource)
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		rc = s.dyn.Resource(m.Resource).Namespace(o.GetNamespace())
-	}
-	return rc.Get(context.Background(), o.GetName(), metav1.GetOptions{})
-}
 
 // releaseObjects is what the release's current revision manages, from
 // `helm get manifest`.
@@ -62,10 +21,10 @@ func releaseObjects(t *testing.T, release, ns string) rendered {
 
 // assertLive: every object exists on the API server, labelled as this
 // release's.
-func (s *server) assertLive(t *testing.T, objs rendered, release string) {
+func assertLive(t *testing.T, objs rendered, release string) {
 	t.Helper()
 	for k, o := range objs {
-		live, err := s.get(t, o)
+		live, err := cluster.Get(context.Background(), o)
 		if err != nil {
 			t.Errorf("%s: %v", k, err)
 			continue
@@ -77,10 +36,10 @@ func (s *server) assertLive(t *testing.T, objs rendered, release string) {
 }
 
 // assertGone: no object is left on the API server.
-func (s *server) assertGone(t *testing.T, objs rendered) {
+func assertGone(t *testing.T, objs rendered) {
 	t.Helper()
 	for k, o := range objs {
-		if _, err := s.get(t, o); !apierrors.IsNotFound(err) {
+		if _, err := cluster.Get(context.Background(), o); !apierrors.IsNotFound(err) {
 			t.Errorf("%s still there after uninstall (%v)", k, err)
 		}
 	}
@@ -138,7 +97,6 @@ func preexisting(t *testing.T, ns string) []func() error {
 func TestInstallUpgradeUninstall(t *testing.T) {
 	const ns, release = "istio-system", "helmtest"
 	ctx := context.Background()
-	s := newServer(t)
 	survivors := preexisting(t, ns)
 
 	mustHelm(t, "install", release, chartDir, "--namespace", ns, "--set", "image.tag=v1")
@@ -146,7 +104,7 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	if len(v1) != 11 {
 		t.Errorf("release holds %q, want the 11 default objects", v1.keys())
 	}
-	s.assertLive(t, v1, release)
+	assertLive(t, v1, release)
 	dep, err := cluster.Client().AppsV1().Deployments(ns).Get(ctx, "helmtest-meshid", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +116,7 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	mustHelm(t, "upgrade", release, chartDir, "--namespace", ns, "--set", "image.tag=v2", "--set", "replicaCount=3",
 		"--set", "server.trustedNodeAccounts={istio-system/ztunnel}", "--set", "networkPolicy.enabled=false")
 	v2 := releaseObjects(t, release, ns)
-	s.assertLive(t, v2, release)
+	assertLive(t, v2, release)
 	dep, err = cluster.Client().AppsV1().Deployments(ns).Get(ctx, "helmtest-meshid", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -178,8 +136,8 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	}
 
 	mustHelm(t, "uninstall", release, "--namespace", ns)
-	s.assertGone(t, v1)
-	s.assertGone(t, v2)
+	assertGone(t, v1)
+	assertGone(t, v2)
 	nsObj, err := cluster.Client().CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 	if err != nil || nsObj.DeletionTimestamp != nil || nsObj.Status.Phase != corev1.NamespaceActive {
 		t.Fatalf("namespace %s after uninstall: %v %+v", ns, err, nsObj)
@@ -208,5 +166,5 @@ func TestInstallValidatedByTheAPIServer(t *testing.T) {
 	if err == nil || !strings.Contains(out, "70000") {
 		t.Fatalf("install with port 70000: %v\n%s", err, out)
 	}
-	newServer(t).assertGone(t, objs)
+	assertGone(t, objs)
 }

@@ -63,6 +63,12 @@ func BinDir() (string, error) {
 // the binaries are up to date and otherwise builds them (slow only the
 // first time). Concurrent callers are serialised by the script's lock.
 func EnsureBinaries() (string, error) {
+	return runBuildScript("build-binaries.sh")
+}
+
+// runBuildScript runs hack/<script> with KUBE_BIN_DIR set to BinDir, and
+// returns BinDir.
+func runBuildScript(script string) (string, error) {
 	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
@@ -71,11 +77,11 @@ func EnsureBinaries() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("bash", filepath.Join(root, "hack", "build-binaries.sh"))
+	cmd := exec.Command("bash", filepath.Join(root, "hack", script))
 	cmd.Env = append(os.Environ(), "KUBE_BIN_DIR="+bin)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("harness: build-binaries.sh: %w\n%s", err, out)
+		return "", fmt.Errorf("harness: %s: %w\n%s", script, err, out)
 	}
 	return bin, nil
 }
@@ -101,19 +107,9 @@ func BuildMeshid(dir string) (string, error) {
 // (test/kube/tools/helm) into BinDir once and returns at once when its
 // stamp matches, and returns the helm binary's path.
 func EnsureHelm() (string, error) {
-	root, err := ModuleRoot()
+	bin, err := runBuildScript("build-helm.sh")
 	if err != nil {
 		return "", err
-	}
-	bin, err := BinDir()
-	if err != nil {
-		return "", err
-	}
-	cmd := exec.Command("bash", filepath.Join(root, "hack", "build-helm.sh"))
-	cmd.Env = append(os.Environ(), "KUBE_BIN_DIR="+bin)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("harness: build-helm.sh: %w\n%s", err, out)
 	}
 	return filepath.Join(bin, "helm"), nil
 }

@@ -33,10 +33,7 @@ type alert struct{ name, expr string }
 // when it loads the file.
 func loadAlerts(t *testing.T) []alert {
 	t.Helper()
-	rgs, errs := rulefmt.ParseFile(rulesFile, false, model.UTF8Validation, parser.NewParser(parser.Options{}), slog.New(slog.DiscardHandler))
-	if len(errs) > 0 {
-		t.Fatalf("rulefmt: %v", errors.Join(errs...))
-	}
+	rgs := parseRules(t, rulesFile)
 	var out []alert
 	for _, g := range rgs.Groups {
 		for _, r := range g.Rules {
@@ -51,6 +48,17 @@ func loadAlerts(t *testing.T) []alert {
 		}
 	}
 	return out
+}
+
+// parseRules parses a rules file as Prometheus does when it loads it
+// (rulefmt, strict: an unknown field fails), failing the test on an error.
+func parseRules(t *testing.T, file string) *rulefmt.RuleGroups {
+	t.Helper()
+	rgs, errs := rulefmt.ParseFile(file, false, model.UTF8Validation, parser.NewParser(parser.Options{}), slog.New(slog.DiscardHandler))
+	if len(errs) > 0 {
+		t.Fatalf("rulefmt: %v", errors.Join(errs...))
+	}
+	return rgs
 }
 
 func TestRulesFileRejectsABadExpression(t *testing.T) {

@@ -1,17 +1,11 @@
 package observability_test
 
 import (
-	"errors"
-	"log/slog"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/model/rulefmt"
-	"github.com/prometheus/prometheus/promql/parser"
 )
 
 var compatFile = filepath.Join("..", "..", "deploy", "observability", "citadel-compat-rules.yaml")
@@ -20,10 +14,7 @@ var compatFile = filepath.Join("..", "..", "deploy", "observability", "citadel-c
 // meshid's metrics, parse with rulefmt, each yields a series on a real CA's
 // scrape, and the counts and expiry are the CA's own.
 func TestCitadelCompatRules(t *testing.T) {
-	rgs, errs := rulefmt.ParseFile(compatFile, false, model.UTF8Validation, parser.NewParser(parser.Options{}), slog.New(slog.DiscardHandler))
-	if len(errs) > 0 {
-		t.Fatalf("rulefmt: %v", errors.Join(errs...))
-	}
+	rgs := parseRules(t, compatFile)
 	rules := map[string]string{}
 	for _, g := range rgs.Groups {
 		for _, r := range g.Rules {

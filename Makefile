@@ -6,7 +6,7 @@ AGENTBIN := bin/meshid-agent
 STATE    ?= ./.meshid-dev
 PKGS     := ./...
 
-.PHONY: all build run test test-unit test-kube test-image kube-binaries bench fuzz soak mutate lint fmt clean softhsm image image-context
+.PHONY: all build run test test-unit test-kube test-image test-observability kube-binaries helm-binary bench fuzz soak mutate lint fmt clean softhsm image image-context
 
 all: build
 
@@ -30,7 +30,7 @@ run: build
 ## test: every suite, including the real kube-apiserver suite and the
 ## container images on a real Docker engine (.ci/run installs and starts one;
 ## without Docker, run `make test-unit`).
-test: lint test-unit test-kube test-image
+test: lint test-unit test-observability test-kube test-image
 
 ## test-unit: the main module's unit, integration and end-to-end tests.
 test-unit:
@@ -99,12 +99,27 @@ test-image:
 		MESHID_IMAGE_BIN=$(CURDIR)/$(IMAGE_DIR) MESHID_IMAGE_REMOVE=1 \
 		$(GO) test -tags image -count=1 -timeout 15m -v ./...
 
+## test-observability: the alerts and the Grafana dashboard (deploy/observability)
+## parsed and evaluated by Prometheus's own rulefmt and PromQL engine against
+## /metrics of a real CA and agents. A module of its own (test/observability),
+## so github.com/prometheus/prometheus stays out of meshid's go.mod and binaries.
+test-observability:
+	cd test/observability && $(GO) test -count=1 ./...
+
 ## kube-binaries: build kube-apiserver (and etcd) once into ~/.cache/meshid/kube-bin (shared by every clone).
 kube-binaries:
 	bash test/kube/hack/build-binaries.sh
 
-## test-kube: the suite against a real etcd + kube-apiserver.
-test-kube: kube-binaries
+## helm-binary: build the Helm CLI (helm.sh/helm/v4, pinned in
+## test/kube/tools/helm/go.mod) once into the same cache, for the chart tests
+## (deploy/charts/meshid: lint, template, install/upgrade/uninstall on the
+## real API server). Stamp-checked like kube-binaries.
+helm-binary:
+	bash test/kube/hack/build-helm.sh
+
+## test-kube: the suite against a real etcd + kube-apiserver (and the chart
+## through the real helm).
+test-kube: kube-binaries helm-binary
 	cd test/kube && GOFLAGS=-mod=mod $(GO) test -count=1 -timeout 30m ./...
 
 ## bench: Go benchmarks and a short load run against `meshid dev`, with the
@@ -176,6 +191,7 @@ lint:
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags image ./test/image/
 	@if [ -f test/kube/go.mod ]; then cd test/kube && GOFLAGS=-mod=mod $(GO) vet ./...; fi
+	cd test/observability && $(GO) vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -106,6 +107,11 @@ func TestRootRequestObtainsCertificate(t *testing.T) {
 	f := newFixture(t, nil)
 	if err := f.m.Ready(); !isNotReady(err) {
 		t.Fatalf("Ready before any certificate: %v", err)
+	}
+	// Before the first certificate the expiry gauge is NaN, never 0 (an
+	// alert "expires within an hour" would fire on every new agent).
+	if g := testkit.Metric(t, f.reg, "meshid_agent_cert_expiry_seconds"); !math.IsNaN(g) {
+		t.Errorf("expiry gauge before the first certificate = %v, want NaN", g)
 	}
 	r := mustSecret(t, f.m, secretcache.RootName)
 	if !r.Roots[0].Equal(f.ca.currentRoot()) {

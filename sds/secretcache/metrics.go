@@ -3,6 +3,7 @@ package secretcache
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -30,11 +31,14 @@ func newMetrics(reg prometheus.Registerer, m *Manager) (*metrics, error) {
 		pushes: metric.Counter("meshid_agent_secret_notifications_total",
 			"Watch callbacks called for changed secrets."),
 		expirySeconds: metric.GaugeFunc("meshid_agent_cert_expiry_seconds",
-			"Seconds until the workload certificate expires (negative once expired, 0 before the first one).",
+			"Seconds until the workload certificate expires (negative once expired, NaN before the first one).",
 			func() float64 {
 				s := m.cert.Load()
 				if s == nil {
-					return 0
+					// NaN, not 0: "expires in under an hour" (< 3600)
+					// is false for NaN, so an alert on this gauge does
+					// not fire on every agent that has just started.
+					return math.NaN()
 				}
 				return s.NotAfter.Sub(m.clock.Now()).Seconds()
 			}),

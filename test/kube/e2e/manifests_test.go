@@ -2,11 +2,13 @@ package e2e_test
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,7 +32,13 @@ func (m manifest) String() string {
 	return s + m.obj.GetName()
 }
 
-// loadManifests decodes every object of every *.yaml under deploy/.
+// notManifests are the directories under deploy/ that hold no plain
+// manifests: the Helm chart's templates (test/kube/chart renders them) and
+// the Prometheus rules and Grafana dashboard (test/observability).
+var notManifests = []string{"charts", "observability"}
+
+// loadManifests decodes every object of every *.yaml under deploy/, but
+// notManifests.
 func loadManifests(t *testing.T) []manifest {
 	t.Helper()
 	repo, err := harness.RepoRoot()
@@ -40,6 +48,9 @@ func loadManifests(t *testing.T) []manifest {
 	root := filepath.Join(repo, "deploy")
 	var out []manifest
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && filepath.Dir(path) == root && slices.Contains(notManifests, d.Name()) {
+			return fs.SkipDir
+		}
 		if err != nil || d.IsDir() || (!strings.HasSuffix(path, ".yaml") && !strings.HasSuffix(path, ".yml")) {
 			return err
 		}
@@ -69,7 +80,19 @@ func loadManifests(t *testing.T) []manifest {
 	if len(out) == 0 {
 		t.Fatalf("no manifests under %s", root)
 	}
+	// Namespaces first, as installed (deploy/namespace/, then deploy/):
+	// deploy/namespace/ sorts after the files that need it.
+	slices.SortStableFunc(out, func(a, b manifest) int {
+		return cmp.Compare(nsRank(a), nsRank(b))
+	})
 	return out
+}
+
+func nsRank(m manifest) int {
+	if m.obj.GetKind() == "Namespace" {
+		return 0
+	}
+	return 1
 }
 
 // find returns the first manifest of kind with name in namespace ns.
@@ -88,4 +111,24 @@ func findIn(t *testing.T, ms []manifest, file, kind, ns, name string) *unstructu
 	}
 	t.Fatalf("deploy/%s has no %s %s/%s", file, kind, ns, name)
 	return nil
+}
+
+// TestDeployDeleteKeepsNamespaces: `kubectl delete -f deploy/` (which,
+// like apply, reads only the files directly in deploy/) deletes no
+// Namespace: istio-system holds Istio's control plane and the operator's
+// cacerts Secret. The namespace is in deploy/namespace/, applied once.
+func TestDeployDeleteKeepsNamespaces(t *testing.T) {
+	var namespaces int
+	for _, m := range loadManifests(t) {
+		if m.obj.GetKind() != "Namespace" {
+			continue
+		}
+		namespaces++
+		if !strings.Contains(m.file, string(filepath.Separator)) {
+			t.Errorf("deploy/%s holds Namespace %s: kubectl delete -f deploy/ would delete it", m.file, m.obj.GetName())
+		}
+	}
+	if namespaces == 0 {
+		t.Error("no Namespace manifest under deploy/ (deploy/namespace/ creates istio-system)")
+	}
 }

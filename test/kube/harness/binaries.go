@@ -63,6 +63,12 @@ func BinDir() (string, error) {
 // the binaries are up to date and otherwise builds them (slow only the
 // first time). Concurrent callers are serialised by the script's lock.
 func EnsureBinaries() (string, error) {
+	return runBuildScript("build-binaries.sh")
+}
+
+// runBuildScript runs hack/<script> with KUBE_BIN_DIR set to BinDir, and
+// returns BinDir.
+func runBuildScript(script string) (string, error) {
 	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
@@ -71,11 +77,11 @@ func EnsureBinaries() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("bash", filepath.Join(root, "hack", "build-binaries.sh"))
+	cmd := exec.Command("bash", filepath.Join(root, "hack", script))
 	cmd.Env = append(os.Environ(), "KUBE_BIN_DIR="+bin)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("harness: build-binaries.sh: %w\n%s", err, out)
+		return "", fmt.Errorf("harness: %s: %w\n%s", script, err, out)
 	}
 	return bin, nil
 }
@@ -95,4 +101,15 @@ func BuildMeshid(dir string) (string, error) {
 		return "", fmt.Errorf("harness: go build ./cmd/meshid: %w\n%s", err, b)
 	}
 	return out, nil
+}
+
+// EnsureHelm runs hack/build-helm.sh, which builds the pinned Helm CLI
+// (test/kube/tools/helm) into BinDir once and returns at once when its
+// stamp matches, and returns the helm binary's path.
+func EnsureHelm() (string, error) {
+	bin, err := runBuildScript("build-helm.sh")
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(bin, "helm"), nil
 }

@@ -59,7 +59,7 @@ func setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range []string{"00-namespace.yaml", "10-rbac.yaml", "30-flowcontrol.yaml"} {
+	for _, f := range []string{"namespace/istio-system.yaml", "10-rbac.yaml", "30-flowcontrol.yaml"} {
 		objs, err := harness.ReadManifests(filepath.Join(repo, "deploy", f))
 		if err != nil {
 			return err

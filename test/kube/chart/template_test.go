@@ -1,0 +1,329 @@
+package chart_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/meshid/meshid/test/kube/harness"
+)
+
+func into(t *testing.T, u *unstructured.Unstructured, out any) {
+	t.Helper()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, out, true); err != nil {
+		t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+}
+
+func deployment(t *testing.T, r rendered, ns, name string) *appsv1.Deployment {
+	t.Helper()
+	var d appsv1.Deployment
+	into(t, r.get(t, "Deployment", ns, name), &d)
+	return &d
+}
+
+func TestLint(t *testing.T) {
+	mustHelm(t, "lint", "--strict", chartDir)
+	mustHelm(t, "lint", "--strict", chartDir, "--namespace", "istio-system",
+		"--set", "caMode=kubeCASecret", "--set", "server.trustedNodeAccounts={istio-system/ztunnel}",
+		"--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "grafanaDashboard.enabled=true")
+	// The check can fail: the chart with a template that renders invalid
+	// YAML does not lint.
+	broken := filepath.Join(t.TempDir(), "meshid")
+	if err := os.CopyFS(broken, os.DirFS(chartDir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(broken, "templates", "broken.yaml"), []byte("kind: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := helm(t, "lint", "--strict", broken); err == nil {
+		t.Fatalf("lint accepted a broken template:\n%s", out)
+	}
+}
+
+// TestTemplateDefaults: the default values render the CA of deploy/ (two
+// replicas on Istio's cacerts, PDB, Service, RBAC, NetworkPolicy, APF), all
+// in the release namespace, no Namespace object, nothing optional.
+func TestTemplateDefaults(t *testing.T) {
+	const ns = "istio-system"
+	r := render(t, "meshid", ns)
+	want := []string{
+		key("ServiceAccount", ns, "meshid"), key("ClusterRole", "", "meshid"), key("ClusterRoleBinding", "", "meshid"),
+		key("Role", ns, "meshid"), key("RoleBinding", ns, "meshid"), key("Service", ns, "meshid"),
+		key("Deployment", ns, "meshid"), key("PodDisruptionBudget", ns, "meshid"), key("NetworkPolicy", ns, "meshid"),
+		key("FlowSchema", "", "meshid-ca-tokenreviews"), key("PriorityLevelConfiguration", "", "meshid-ca-tokenreviews"),
+	}
+	got := r.keys()
+	sort.Strings(got)
+	sort.Strings(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("rendered %q,\nwant %q", got, want)
+	}
+	d := deployment(t, r, ns, "meshid")
+	if *d.Spec.Replicas != 2 {
+		t.Errorf("replicas %d, want 2", *d.Spec.Replicas)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if c.Image != "meshid:latest" {
+		t.Errorf("image %q, want meshid:latest (what make image builds)", c.Image)
+	}
+	for _, arg := range []string{"server", "--listen=0.0.0.0:15012", "--monitoring-listen=0.0.0.0:15014", "--ca-dir=/etc/cacerts",
+		"--serving-dns-names=meshid.istio-system.svc,meshid.istio-system.svc.cluster.local", "--trust-domain=cluster.local"} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("args %q lack %s", c.Args, arg)
+		}
+	}
+	if v := d.Spec.Template.Spec.Volumes; len(v) != 2 || v[0].Secret == nil || v[0].Secret.SecretName != "cacerts" {
+		t.Errorf("volumes %+v, want the cacerts Secret and the state emptyDir", v)
+	}
+	if sc := c.SecurityContext; sc == nil || *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("container security context %+v", sc)
+	}
+	if psc := d.Spec.Template.Spec.SecurityContext; psc == nil || !*psc.RunAsNonRoot || *psc.RunAsUser != 65532 {
+		t.Errorf("pod security context %+v", psc)
+	}
+	var pdb policyv1.PodDisruptionBudget
+	into(t, r.get(t, "PodDisruptionBudget", ns, "meshid"), &pdb)
+	if pdb.Spec.MinAvailable.IntValue() != 1 || !reflect.DeepEqual(pdb.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels) {
+		t.Errorf("PDB %+v does not cover the Deployment's pods", pdb.Spec)
+	}
+}
+
+// TestTemplateFlagsExist: every flag the chart renders, for values that set
+// every server value, is a flag of the real `meshid server` (a renamed flag
+// would crash-loop every replica).
+func TestTemplateFlagsExist(t *testing.T) {
+	dir := t.TempDir()
+	bin, err := harness.BuildMeshid(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	help, err := exec.Command(bin, "server", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("meshid server --help: %v\n%s", err, help)
+	}
+	known := map[string]bool{}
+	for _, m := range regexp.MustCompile(`--([a-z0-9-]+)`).FindAllStringSubmatch(string(help), -1) {
+		known[m[1]] = true
+	}
+	r := render(t, "meshid", "istio-system", everyServerValue...)
+	args := deployment(t, r, "istio-system", "meshid").Spec.Template.Spec.Containers[0].Args
+	if len(args) < 25 {
+		t.Fatalf("only %d args rendered for every server value: %q", len(args), args)
+	}
+	for _, a := range args[1:] {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.HasPrefix(a, "--") || !known[name] {
+			t.Errorf("rendered %q: not a flag of meshid server", a)
+		}
+	}
+	// The check can fail: a made-up flag is not known.
+	if known["no-such-flag"] || !known["max-ttl"] {
+		t.Fatal("flag list from --help is wrong")
+	}
+}
+
+// everyServerValue sets every value under server (helm --set syntax).
+var everyServerValue = []string{
+	"server.trustDomain=example.org", "server.defaultTTL=12h", "server.maxTTL=48h", "server.rootKeyType=ec-p384",
+	"server.tokenAudiences={istio-ca,meshid}", "server.tokenreviewIssuers={https://kubernetes.default.svc}",
+	"server.jwtIssuer=https://issuer.example", "server.maxTokenLifetime=24h", "server.capTTLToToken=true",
+	"server.rateLimit=2.5", "server.kubeQPS=100", "server.kubeBurst=200", "server.publishRootConfigMap=false",
+	"server.rootConfigMapNamespaces=istio-injection=enabled", "server.trustedNodeAccounts={istio-system/ztunnel}",
+	"server.maxConnections=1000000", "server.maxConnectionsPerIP=64", "server.firstRequestTimeout=5s",
+	"server.servingTTL=12h", "server.servingDNSNames={ca.example.org}", "server.logLevel=debug", "server.logFormat=text",
+}
+
+// TestTemplateKubeCASecretAndNodeMode: the Secret-held CA, a registry
+// image, more replicas, node mode and every server value.
+func TestTemplateKubeCASecretAndNodeMode(t *testing.T) {
+	const ns = "mesh-ca"
+	r := render(t, "prod", ns, append([]string{"caMode=kubeCASecret", "replicaCount=3",
+		"image.repository=registry.example.com/mesh/meshid", "image.tag=v0.1.0"}, everyServerValue...)...)
+	d := deployment(t, r, ns, "prod-meshid")
+	c := d.Spec.Template.Spec.Containers[0]
+	if *d.Spec.Replicas != 3 || c.Image != "registry.example.com/mesh/meshid:v0.1.0" {
+		t.Errorf("replicas %d image %q", *d.Spec.Replicas, c.Image)
+	}
+	for _, arg := range []string{"--kube-ca-secret", "--trusted-node-accounts=istio-system/ztunnel", "--rate-limit=2.5",
+		"--max-connections=1000000", "--token-audiences=istio-ca,meshid", "--publish-root-configmap=false", "--cap-ttl-to-token",
+		"--serving-dns-names=prod-meshid.mesh-ca.svc,prod-meshid.mesh-ca.svc.cluster.local,ca.example.org",
+		"--root-configmap-namespaces=istio-injection=enabled", "--log-format=text"} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("args %q lack %s", c.Args, arg)
+		}
+	}
+	if slices.Contains(c.Args, "--ca-dir=/etc/cacerts") || len(d.Spec.Template.Spec.Volumes) != 1 {
+		t.Errorf("kubeCASecret mode still mounts cacerts: %q %+v", c.Args, d.Spec.Template.Spec.Volumes)
+	}
+	var cr rbacv1.ClusterRole
+	into(t, r.get(t, "ClusterRole", "", "prod-meshid-node-mode"), &cr)
+	if len(cr.Rules) != 1 || !slices.Equal(cr.Rules[0].Resources, []string{"pods"}) || !slices.Equal(cr.Rules[0].Verbs, []string{"get", "list", "watch"}) {
+		t.Errorf("node-mode rules %+v, want read-only pods", cr.Rules)
+	}
+	var crb rbacv1.ClusterRoleBinding
+	into(t, r.get(t, "ClusterRoleBinding", "", "prod-meshid-node-mode"), &crb)
+	if crb.RoleRef.Name != "prod-meshid-node-mode" || len(crb.Subjects) != 1 || crb.Subjects[0].Name != "prod-meshid" || crb.Subjects[0].Namespace != ns {
+		t.Errorf("node-mode binding %+v", crb)
+	}
+	for k, o := range r {
+		if o.GetKind() == "Namespace" {
+			t.Errorf("the chart renders a Namespace (%s): it must never own one", k)
+		}
+	}
+}
+
+// TestTemplateRBACMatchesDeploy: the chart grants exactly the rules of the
+// plain manifests (deploy/10-rbac.yaml, deploy/ambient/), which test/kube/e2e
+// proves sufficient and minimal for the real CA.
+func TestTemplateRBACMatchesDeploy(t *testing.T) {
+	repo, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := map[string]*unstructured.Unstructured{}
+	for _, f := range []string{"10-rbac.yaml", "ambient/rbac-node-mode.yaml"} {
+		objs, err := harness.ReadManifests(filepath.Join(repo, "deploy", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			plain[o.GetKind()+"/"+o.GetName()] = o
+		}
+	}
+	r := render(t, "meshid", "istio-system", "server.trustedNodeAccounts={istio-system/ztunnel}")
+	for _, c := range []struct{ kind, ns, name, plain string }{
+		{"ClusterRole", "", "meshid", "ClusterRole/meshid"},
+		{"Role", "istio-system", "meshid", "Role/meshid"},
+		{"ClusterRole", "", "meshid-node-mode", "ClusterRole/meshid-node-mode"},
+	} {
+		var got, want rbacv1.ClusterRole
+		into(t, r.get(t, c.kind, c.ns, c.name), &got)
+		p := plain[c.plain]
+		if p == nil {
+			t.Fatalf("deploy/ has no %s", c.plain)
+		}
+		into(t, p, &want)
+		if !reflect.DeepEqual(got.Rules, want.Rules) {
+			t.Errorf("%s rules differ from deploy/:\nchart  %+v\ndeploy %+v", c.plain, got.Rules, want.Rules)
+		}
+	}
+}
+
+// TestTemplateMonitoring: ServiceMonitor, PrometheusRule (the alerts file
+// verbatim) and the Grafana dashboard ConfigMap render only when enabled;
+// the NetworkPolicy admits the monitoring port from the configured
+// namespace and the CSR port from the mesh.
+func TestTemplateMonitoring(t *testing.T) {
+	const ns = "istio-system"
+	off := render(t, "meshid", ns)
+	for _, k := range []string{key("ServiceMonitor", ns, "meshid"), key("PrometheusRule", ns, "meshid"), key("ConfigMap", ns, "meshid-dashboard")} {
+		if off[k] != nil {
+			t.Errorf("%s rendered by default", k)
+		}
+	}
+	r := render(t, "meshid", ns, "serviceMonitor.enabled=true", "prometheusRule.enabled=true", "grafanaDashboard.enabled=true",
+		"networkPolicy.monitoringNamespace=observability", "prometheusRule.labels.release=kube-prometheus")
+
+	sm := r.get(t, "ServiceMonitor", ns, "meshid")
+	if port, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints"); len(port) != 1 || port[0].(map[string]any)["port"] != "http-monitoring" {
+		t.Errorf("ServiceMonitor endpoints %v", port)
+	}
+
+	pr := r.get(t, "PrometheusRule", ns, "meshid")
+	if pr.GetLabels()["release"] != "kube-prometheus" {
+		t.Errorf("PrometheusRule labels %v", pr.GetLabels())
+	}
+	repo, _ := harness.RepoRoot()
+	rulesFile, err := os.ReadFile(filepath.Join(repo, "deploy", "observability", "meshid-alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]any
+	if err := yaml.Unmarshal(rulesFile, &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(pr.Object["spec"], want) {
+		t.Errorf("PrometheusRule spec is not deploy/observability/meshid-alerts.yaml")
+	}
+	// With citadelCompat, the recording rules of Istio's names follow.
+	compatFile, err := os.ReadFile(filepath.Join(repo, "deploy", "observability", "citadel-compat-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compat map[string]any
+	if err := yaml.Unmarshal(compatFile, &compat); err != nil {
+		t.Fatal(err)
+	}
+	withCompat := render(t, "meshid", ns, "prometheusRule.enabled=true", "prometheusRule.citadelCompat=true").get(t, "PrometheusRule", ns, "meshid")
+	groups, _, _ := unstructured.NestedSlice(withCompat.Object, "spec", "groups")
+	wantGroups := append(slices.Clone(want["groups"].([]any)), compat["groups"].([]any)...)
+	if !reflect.DeepEqual(groups, wantGroups) {
+		t.Errorf("PrometheusRule with citadelCompat holds %d groups, want the alerts' and the compat rules' (%d)", len(groups), len(wantGroups))
+	}
+
+	cm := r.get(t, "ConfigMap", ns, "meshid-dashboard")
+	dash, _, _ := unstructured.NestedString(cm.Object, "data", "meshid.json")
+	file, err := os.ReadFile(filepath.Join(repo, "deploy", "observability", "meshid-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !json.Valid([]byte(dash)) || !bytes.Equal(bytes.TrimSpace([]byte(dash)), bytes.TrimSpace(file)) {
+		t.Error("the dashboard ConfigMap does not hold deploy/observability/meshid-dashboard.json")
+	}
+	if cm.GetLabels()["grafana_dashboard"] != "1" {
+		t.Errorf("dashboard ConfigMap labels %v", cm.GetLabels())
+	}
+
+	var np networkingv1.NetworkPolicy
+	into(t, r.get(t, "NetworkPolicy", ns, "meshid"), &np)
+	if len(np.Spec.Ingress) != 2 || np.Spec.Ingress[0].Ports[0].Port.StrVal != "grpc" ||
+		np.Spec.Ingress[1].Ports[0].Port.StrVal != "http-monitoring" ||
+		np.Spec.Ingress[1].From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "observability" {
+		t.Errorf("NetworkPolicy ingress %+v", np.Spec.Ingress)
+	}
+	if !reflect.DeepEqual(np.Spec.PodSelector.MatchLabels, deployment(t, r, ns, "meshid").Spec.Selector.MatchLabels) {
+		t.Error("the NetworkPolicy does not select the CA's pods")
+	}
+}
+
+// TestTemplateOptionalOff: PDB, NetworkPolicy and APF can be turned off.
+func TestTemplateOptionalOff(t *testing.T) {
+	r := render(t, "meshid", "istio-system", "podDisruptionBudget.enabled=false", "networkPolicy.enabled=false", "flowControl.enabled=false")
+	for k, o := range r {
+		switch o.GetKind() {
+		case "PodDisruptionBudget", "NetworkPolicy", "FlowSchema", "PriorityLevelConfiguration":
+			t.Errorf("%s rendered while disabled", k)
+		}
+	}
+	if len(r) != 7 {
+		t.Errorf("rendered %q, want the SA, RBAC, Service and Deployment", r.keys())
+	}
+}
+
+// TestTemplateRefusesBadValues: values the CA cannot run with fail the
+// render with a message naming the value.
+func TestTemplateRefusesBadValues(t *testing.T) {
+	for _, set := range [][]string{{"caMode=nope"}, {"replicaCount=0"}} {
+		_, err := renderErr(t, "meshid", "istio-system", set...)
+		if err == nil || !strings.Contains(err.Error(), strings.SplitN(set[0], "=", 2)[0]) {
+			t.Errorf("--set %v: %v, want an error naming the value", set, err)
+		}
+	}
+}

@@ -246,6 +246,8 @@ func (c *jwtCache) mint(ctx context.Context, key string, audience []string, f *j
 		}
 		if err != nil {
 			c.log.Warn("JWT-SVID from the CA refused", "error", err)
+			// The CA's fault, not the caller's: not ready, not invalid input.
+			err = fmt.Errorf("%w: the CA's JWT-SVID: %w", ErrNotReady, err)
 		}
 	} else {
 		c.log.Warn("JWT-SVID request failed", "error", err)

@@ -33,6 +33,7 @@ const maxStdin = 16 << 20
 
 type inspectFlags struct {
 	sds           string
+	workloadAPI   string
 	resources     []string
 	roots         string
 	output        string
@@ -74,6 +75,7 @@ invalid or expired; 3 all valid, but something expires within
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.sds, "sds", "", "fetch secrets from the SDS server on this Unix `socket`, as a proxy would")
+	fl.StringVar(&f.workloadAPI, "workload-api", "", "fetch the X.509-SVIDs and bundles of the SPIFFE Workload API on this Unix `socket`, as an application would")
 	fl.StringSliceVar(&f.resources, "resource", nil, "SDS resource `name` to fetch (repeatable; default: default,ROOTCA)")
 	fl.StringVar(&f.roots, "roots", "", "verify chains against the trusted roots in this PEM `file`")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table, json or pem")
@@ -155,7 +157,14 @@ func inspectInputs(cmd *cobra.Command, f *inspectFlags, args []string) ([]*inspe
 		}
 		inputs = append(inputs, ins...)
 	}
-	if len(args) == 0 && f.sds == "" {
+	if f.workloadAPI != "" {
+		ins, err := inspect.FetchWorkloadAPI(cmd.Context(), f.workloadAPI, f.timeout)
+		if err != nil {
+			return nil, err
+		}
+		inputs = append(inputs, ins...)
+	}
+	if len(args) == 0 && f.sds == "" && f.workloadAPI == "" {
 		if isTerminal(cmd.InOrStdin()) {
 			return nil, errors.New("inspect: nothing to inspect: give FILE, DIR, - (standard input) or --sds SOCKET")
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/nodeauth"
@@ -185,6 +186,19 @@ func (s *Server) build(b *keystore.Bundle) error {
 	if err != nil {
 		return err
 	}
+	// JWT-SVIDs: a signing key of their own, never the CA key (see
+	// ca/jwtissuer).
+	jwtIssuer, err := jwtissuer.New(jwtissuer.Config{
+		TrustDomain: cfg.TrustDomain,
+		TTL:         cfg.JWTSVIDTTL,
+		KeyLifetime: cfg.JWTKeyLifetime,
+		Clock:       cfg.Clock,
+		Logger:      cfg.Logger,
+		Registerer:  cfg.Registerer,
+	})
+	if err != nil {
+		return err
+	}
 	scfg := server.Config{
 		Authority:     authority,
 		Authenticator: authn.NewChain(append(auths, cfg.ExtraAuthenticators...)...),
@@ -197,6 +211,7 @@ func (s *Server) build(b *keystore.Bundle) error {
 		MaxConnections:      cfg.MaxConnections,
 		MaxConnectionsPerIP: cfg.MaxConnectionsPerIP,
 		FirstRequestTimeout: cfg.FirstRequestTimeout,
+		JWT:                 jwtIssuer,
 		Clock:               cfg.Clock,
 		Logger:              cfg.Logger,
 		Registerer:          cfg.Registerer,

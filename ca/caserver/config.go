@@ -83,6 +83,12 @@ type Config struct {
 	MaxConnections      int
 	MaxConnectionsPerIP int
 	FirstRequestTimeout time.Duration
+	// JWTSVIDTTL is the lifetime of the JWT-SVIDs the CA mints
+	// (meshid.v1.JWTSVIDService); 0 is ca/jwtissuer's default (5m), at
+	// most 1h. JWTKeyLifetime is how long one JWT signing key signs; 0 is
+	// ca/jwtissuer's default (24h).
+	JWTSVIDTTL     time.Duration
+	JWTKeyLifetime time.Duration
 
 	// Kubeconfig is the kubeconfig of the TokenReview client. Empty means
 	// the in-cluster config when running in a pod, else no client.

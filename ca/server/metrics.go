@@ -28,7 +28,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	requests := metric.CounterVec("meshid_ca_requests_total",
 		"CreateCertificate requests, by gRPC status code.", "code")
 	callers := metric.CounterVec("meshid_ca_authenticated_requests_total",
-		"CreateCertificate requests whose caller was authenticated, by method (tokenreview, jwt, clientcert).",
+		"CreateCertificate and MintJWTSVID requests whose caller was authenticated, by method (tokenreview, jwt, clientcert).",
 		"method")
 	m := &metrics{
 		requests: map[codes.Code]prometheus.Counter{},

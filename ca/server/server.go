@@ -23,6 +23,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/jwtapi"
 )
 
 // Limits and defaults of the gRPC endpoint.
@@ -97,9 +98,12 @@ type Config struct {
 	// FirstRequestTimeout closes a connection that has not begun a request
 	// this long after it was accepted (TLS handshake included). Default 10s.
 	FirstRequestTimeout time.Duration
-	Clock               clock.Clock
-	Logger              *slog.Logger          // nil discards logs
-	Registerer          prometheus.Registerer // nil registers no metrics
+	// JWT, when set, serves meshid.v1.JWTSVIDService (JWT-SVIDs for the
+	// proven caller, and their JWKS; see jwt.go). Nil: not served.
+	JWT        JWTIssuer
+	Clock      clock.Clock
+	Logger     *slog.Logger          // nil discards logs
+	Registerer prometheus.Registerer // nil registers no metrics
 }
 
 // NodeAuthorizer decides whether caller, a node agent, may have a
@@ -116,6 +120,7 @@ type Server struct {
 	authority *ca.Authority
 	authn     authn.Authenticator
 	nodeAuth  NodeAuthorizer // nil: impersonation refused
+	jwt       JWTIssuer      // nil: no JWT-SVID service
 	listen    string
 	clock     clock.Clock
 	log       *slog.Logger
@@ -181,6 +186,7 @@ func New(cfg Config) (*Server, error) {
 		authority: cfg.Authority,
 		authn:     cfg.Authenticator,
 		nodeAuth:  cfg.NodeAuthorizer,
+		jwt:       cfg.JWT,
 		listen:    cfg.Listen,
 		clock:     clk,
 		log:       cfg.Logger,
@@ -276,6 +282,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.grpc = grpc.NewServer(s.grpcOpts...)
 	securityv1alpha1.RegisterIstioCertificateServiceServer(s.grpc, s)
+	if s.jwt != nil {
+		jwtapi.Register(s.grpc, jwtService{s: s, issuer: s.jwt})
+	}
 	defer s.grpc.Stop() // ends the stream workers however Run returns
 	errc := make(chan error, 1)
 	s.serveStarted.Store(true)

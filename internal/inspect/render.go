@@ -113,7 +113,7 @@ func writeNotes(w io.Writer, rep *Report) {
 func nameHeader(rep *Report) string {
 	sds, other := false, false
 	for _, r := range rep.Results {
-		if r.Origin == OriginSDS {
+		if r.Origin == OriginSDS || r.Origin == OriginWorkloadAPI { // served resources, not files
 			sds = true
 		} else {
 			other = true

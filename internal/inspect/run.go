@@ -110,7 +110,7 @@ func gather(ctx context.Context, cfg Config) ([]*Input, error) {
 	paths := cfg.Paths
 	if len(paths) == 0 && len(cfg.Sources) == 0 {
 		if IsTerminal(cfg.Stdin) {
-			return nil, errors.New("inspect: nothing to inspect: give FILE, DIR, - (standard input), --sds SOCKET or --pod NS/NAME")
+			return nil, errors.New("inspect: nothing to inspect: give FILE, DIR, - (standard input), --sds SOCKET, --workload-api SOCKET or --pod NS/NAME")
 		}
 		paths = []string{"-"}
 	}

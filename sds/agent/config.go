@@ -139,8 +139,11 @@ func (cfg Config) ManagerConfig(signer secretcache.Signer, id spiffeid.ID) (secr
 	if err != nil {
 		return secretcache.Config{}, err
 	}
+	// A signer that also mints JWT-SVIDs (caclient.Client) serves them.
+	jwtSigner, _ := signer.(secretcache.JWTSigner)
 	return secretcache.Config{
 		Signer:     signer,
+		JWTSigner:  jwtSigner,
 		ID:         id,
 		KeyType:    cfg.KeyType,
 		TTL:        cfg.CertTTL,

@@ -70,6 +70,16 @@ type Config struct {
 	// MaxFileSecretSize bounds each file a file resource reads; 0 means
 	// DefaultMaxFileSecretSize (1 MiB).
 	MaxFileSecretSize int64
+	// JWTSigner, when set, obtains JWT-SVIDs and the JWT bundle (see
+	// jwt.go); caclient.Client implements it. Nil: the JWT methods return
+	// ErrJWTUnavailable.
+	JWTSigner JWTSigner
+	// MaxJWTSVIDs bounds the JWT-SVIDs cached (least recently used out);
+	// 0 means DefaultMaxJWTSVIDs.
+	MaxJWTSVIDs int
+	// JWTBundleRefresh is how often Run fetches the JWT bundle again once
+	// it is in use; 0 means DefaultJWTBundleRefresh.
+	JWTBundleRefresh time.Duration
 
 	Clock      clock.Clock
 	Logger     *slog.Logger          // nil discards logs
@@ -91,6 +101,7 @@ type Manager struct {
 	clock       clock.Clock
 	log         *slog.Logger
 	metrics     *metrics
+	jwt         *jwtCache // nil without a JWTSigner
 
 	cert  atomic.Pointer[Secret] // current default, possibly expired
 	roots atomic.Pointer[Secret] // current ROOTCA
@@ -148,6 +159,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.BackoffBase < 0 || cfg.BackoffMax < 0 {
 		return nil, errors.New("secretcache: backoff durations must not be negative")
 	}
+	if cfg.MaxJWTSVIDs < 0 || cfg.JWTBundleRefresh < 0 {
+		return nil, errors.New("secretcache: Config.MaxJWTSVIDs and JWTBundleRefresh must not be negative")
+	}
 	if cfg.MaxFileSecretSize < 0 {
 		return nil, errors.New("secretcache: Config.MaxFileSecretSize must not be negative")
 	}
@@ -190,6 +204,10 @@ func New(cfg Config) (*Manager, error) {
 		m.log = slog.New(slog.DiscardHandler)
 	}
 	m.log = m.log.With("component", "secretcache")
+	if cfg.JWTSigner != nil {
+		m.jwt = newJWTCache(cfg.JWTSigner, cfg.ID, cmp.Or(cfg.MaxJWTSVIDs, DefaultMaxJWTSVIDs),
+			cmp.Or(cfg.JWTBundleRefresh, DefaultJWTBundleRefresh), m.clock, m.log)
+	}
 	met, err := newMetrics(cfg.Registerer, m)
 	if err != nil {
 		return nil, err

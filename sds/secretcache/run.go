@@ -32,8 +32,16 @@ func (m *Manager) Run(ctx context.Context) error {
 		defer close(done)
 		m.runFiles(ctx)
 	}()
+	jwtDone := make(chan struct{})
+	go func() {
+		defer close(jwtDone)
+		if m.jwt != nil {
+			m.jwt.run(ctx)
+		}
+	}()
 	m.schedule(ctx)
 	<-done
+	<-jwtDone
 	return nil
 }
 

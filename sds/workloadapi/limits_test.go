@@ -63,24 +63,6 @@ func TestMetadataRequired(t *testing.T) {
 	}
 }
 
-// The JWT methods are not served yet: Unimplemented, which go-spiffe's
-// watchers treat as final.
-func TestJWTUnimplemented(t *testing.T) {
-	a := newAgent(t, nil, nil, "app", nil)
-	c := raw(t, a.path)
-	ctx := withHeader(guardCtx(t))
-	if _, err := c.FetchJWTSVID(ctx, &workloadpb.JWTSVIDRequest{Audience: []string{"a"}}); status.Code(err) != codes.Unimplemented {
-		t.Fatalf("FetchJWTSVID: %v", err)
-	}
-	if _, err := c.ValidateJWTSVID(ctx, &workloadpb.ValidateJWTSVIDRequest{Audience: "a", Svid: "x"}); status.Code(err) != codes.Unimplemented {
-		t.Fatalf("ValidateJWTSVID: %v", err)
-	}
-	_, err := recvFirst(c.FetchJWTBundles(ctx, &workloadpb.JWTBundlesRequest{}))
-	if status.Code(err) != codes.Unimplemented {
-		t.Fatalf("FetchJWTBundles: %v", err)
-	}
-}
-
 // One stream more than MaxStreams is refused with ResourceExhausted; when
 // a stream ends, its slot is free again.
 func TestStreamLimit(t *testing.T) {

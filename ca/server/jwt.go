@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+
+	workloadpb "github.com/spiffe/go-spiffe/v2/proto/spiffe/workload"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/grpc/peer"
+
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/jwtissuer"
+	"github.com/meshid/meshid/internal/jwtapi"
+)
+
+// JWTIssuer mints JWT-SVIDs and publishes the JWKS that verifies them;
+// *jwtissuer.Issuer implements it. CheckAudience (and Issue) refuse bad
+// audiences with InvalidArgument.
+type JWTIssuer interface {
+	CheckAudience(audience []string) error
+	Issue(id spiffeid.ID, audience []string) (*jwtissuer.Token, error)
+	JWKS() ([]byte, error)
+}
+
+// jwtService serves meshid.v1.JWTSVIDService (internal/jwtapi) with the
+// Server's authentication.
+type jwtService struct {
+	s      *Server
+	issuer JWTIssuer
+}
+
+// MintJWTSVID authenticates the caller exactly as CreateCertificate does
+// (the same chain, rate limit and error codes) and returns a JWT-SVID whose
+// subject is the identity it proved. A request naming another identity in
+// spiffe_id is refused with PermissionDenied; impersonation is not offered
+// for JWT-SVIDs.
+func (j jwtService) MintJWTSVID(ctx context.Context, req *workloadpb.JWTSVIDRequest) (*workloadpb.JWTSVIDResponse, error) {
+	resp, err := j.mint(ctx, req)
+	if err != nil {
+		attrs := []any{"code", Code(err).String(), "error", err}
+		if p, ok := peer.FromContext(ctx); ok {
+			attrs = append(attrs, "peer", p.Addr.String())
+		}
+		j.s.log.Info("JWT-SVID request refused", attrs...)
+		return nil, toStatus(err)
+	}
+	return resp, nil
+}
+
+func (j jwtService) mint(ctx context.Context, req *workloadpb.JWTSVIDRequest) (*workloadpb.JWTSVIDResponse, error) {
+	if len(req.GetSpiffeId()) > MaxImpersonatedIdentity {
+		return nil, ca.Errorf(ca.KindInvalidArgument, "spiffe_id is %d bytes, more than the %d-byte limit", len(req.GetSpiffeId()), MaxImpersonatedIdentity)
+	}
+	// The request is checked before the caller, as CreateCertificate
+	// checks its TTL: bad input costs no token review.
+	if err := j.issuer.CheckAudience(req.GetAudience()); err != nil {
+		return nil, err
+	}
+	caller, id, err := j.s.authenticate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if want := req.GetSpiffeId(); want != "" && want != id.String() {
+		return nil, ca.Errorf(ca.KindPermissionDenied, "%s may only have a JWT-SVID for %s, not %q", caller, id, clipInput(want))
+	}
+	tok, err := j.issuer.Issue(id, req.GetAudience())
+	if err != nil {
+		return nil, err
+	}
+	j.s.log.Debug("JWT-SVID issued", "spiffe_id", id.String(), "caller", caller.String(), "kid", tok.KeyID, "expiry", tok.Expiry.UTC())
+	return &workloadpb.JWTSVIDResponse{Svids: []*workloadpb.JWTSVID{{SpiffeId: id.String(), Svid: tok.Token}}}, nil
+}
+
+// FetchJWTBundles returns the JWKS, keyed by the trust domain's SPIFFE ID.
+// It needs no credentials: the bundle holds public keys only, and every
+// validator (not only callers with a token) needs it.
+func (j jwtService) FetchJWTBundles(context.Context, *workloadpb.JWTBundlesRequest) (*workloadpb.JWTBundlesResponse, error) {
+	jwks, err := j.issuer.JWKS()
+	if err != nil {
+		return nil, toStatus(ca.Wrap(ca.KindInternal, err, "cannot build the JWT bundle"))
+	}
+	return &workloadpb.JWTBundlesResponse{Bundles: map[string][]byte{j.s.authority.TrustDomain().IDString(): jwks}}, nil
+}
+
+var _ jwtapi.Server = jwtService{}

@@ -1,0 +1,126 @@
+package server_test
+
+import (
+	"crypto/tls"
+	"strings"
+	"testing"
+
+	"github.com/spiffe/go-spiffe/v2/bundle/jwtbundle"
+	workloadpb "github.com/spiffe/go-spiffe/v2/proto/spiffe/workload"
+	"github.com/spiffe/go-spiffe/v2/svid/jwtsvid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/meshid/meshid/ca/jwtissuer"
+	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/internal/jwtapi"
+)
+
+// jwtEnv is a CA serving JWT-SVIDs, and a client of that service.
+func jwtEnv(t *testing.T, cfg func(*server.Config)) (*env, *jwtapi.Client) {
+	t.Helper()
+	iss, err := jwtissuer.New(jwtissuer.Config{TrustDomain: td})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOpts{cfg: func(c *server.Config) {
+		c.JWT = iss
+		if cfg != nil {
+			cfg(c)
+		}
+	}})
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: e.pool(), ServerName: "localhost"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return e, jwtapi.NewClient(conn)
+}
+
+func TestMintJWTSVIDForTheProvenCaller(t *testing.T) {
+	e, c := jwtEnv(t, nil)
+	ctx := withToken(t.Context(), e.token(t, "shop", "cart"))
+	resp, err := c.MintJWTSVID(ctx, &workloadpb.JWTSVIDRequest{Audience: []string{"orders"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Svids) != 1 || resp.Svids[0].SpiffeId != sid("shop", "cart").String() {
+		t.Fatalf("svids = %v", resp.Svids)
+	}
+	// Validated by go-spiffe against the bundle the CA publishes, fetched
+	// without credentials.
+	bundles, err := c.FetchJWTBundles(t.Context(), &workloadpb.JWTBundlesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := jwtbundle.Parse(td, bundles.Bundles[td.IDString()])
+	if err != nil {
+		t.Fatal(err)
+	}
+	svid, err := jwtsvid.ParseAndValidate(resp.Svids[0].Svid, b, []string{"orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if svid.ID != sid("shop", "cart") {
+		t.Errorf("sub = %s", svid.ID)
+	}
+	if _, err := jwtsvid.ParseAndValidate(resp.Svids[0].Svid, b, []string{"payments"}); err == nil {
+		t.Error("validated for an audience it was not minted for")
+	}
+	// Naming one's own identity is allowed.
+	if _, err := c.MintJWTSVID(ctx, &workloadpb.JWTSVIDRequest{Audience: []string{"a"}, SpiffeId: sid("shop", "cart").String()}); err != nil {
+		t.Errorf("own spiffe_id: %v", err)
+	}
+}
+
+// TestMintJWTSVIDRefusals is the attacker's view: every refusal has its
+// gRPC code, from ca/errors.go through Code.
+func TestMintJWTSVIDRefusals(t *testing.T) {
+	e, c := jwtEnv(t, func(cfg *server.Config) { cfg.RateLimit, cfg.RateBurst = 1, 1 })
+	tok := e.token(t, "shop", "cart")
+	other := e.token(t, "shop", "other")
+	for _, tc := range []struct {
+		name string
+		tok  string
+		req  *workloadpb.JWTSVIDRequest
+		want codes.Code
+	}{
+		{"no token", "", &workloadpb.JWTSVIDRequest{Audience: []string{"a"}}, codes.Unauthenticated},
+		{"forged token", tok[:len(tok)-4] + "AAAA", &workloadpb.JWTSVIDRequest{Audience: []string{"a"}}, codes.Unauthenticated},
+		{"another identity", tok, &workloadpb.JWTSVIDRequest{Audience: []string{"a"}, SpiffeId: sid("kube-system", "admin").String()}, codes.PermissionDenied},
+		{"huge spiffe_id", tok, &workloadpb.JWTSVIDRequest{Audience: []string{"a"}, SpiffeId: strings.Repeat("x", 4096)}, codes.InvalidArgument},
+		{"no audience", tok, &workloadpb.JWTSVIDRequest{}, codes.InvalidArgument},
+		{"huge audience", tok, &workloadpb.JWTSVIDRequest{Audience: []string{strings.Repeat("a", 100<<10)}}, codes.InvalidArgument},
+		{"too many audiences", tok, &workloadpb.JWTSVIDRequest{Audience: make([]string, 1000)}, codes.InvalidArgument},
+		{"first of other", other, &workloadpb.JWTSVIDRequest{Audience: []string{"a"}}, codes.OK},
+		{"rate limited", other, &workloadpb.JWTSVIDRequest{Audience: []string{"a"}}, codes.ResourceExhausted},
+	} {
+		ctx := t.Context()
+		if tc.tok != "" {
+			ctx = withToken(ctx, tc.tok)
+		}
+		_, err := c.MintJWTSVID(ctx, tc.req)
+		if got := status.Code(err); got != tc.want {
+			t.Errorf("%s: code %s (%v), want %s", tc.name, got, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), tc.tok+"x") {
+			t.Errorf("%s: the error quotes the token", tc.name)
+		}
+	}
+}
+
+// A CA without a JWT issuer does not serve the service.
+func TestJWTServiceOffWithoutIssuer(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: e.pool(), ServerName: "localhost"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = jwtapi.NewClient(conn).FetchJWTBundles(t.Context(), &workloadpb.JWTBundlesRequest{})
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("err = %v, want Unimplemented", err)
+	}
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/sds/agent"
+)
+
+// TestInspectWorkloadAPI: `meshid inspect --workload-api` reads the agent
+// assembly's Workload API and prints the same table (and JSON) as --sds.
+func TestInspectWorkloadAPI(t *testing.T) {
+	fake := withCLIClock(t, cliNow.Add(-48*time.Hour))
+	h := newCLIHierarchy(t, fake)
+	id := spiffeid.RequireFromString(testWorkload)
+	sock := filepath.Join(testkit.ShortDir(t), "wl.sock")
+	testkit.RunAgent(t, agent.Config{
+		Signer:            testkit.AuthoritySigner{Authority: h.authority(t, fake)},
+		Namespace:         "default",
+		ServiceAccount:    "default",
+		TrustDomain:       id.TrustDomain(),
+		CertTTL:           12 * time.Hour,
+		Clock:             fake,
+		WorkloadAPISocket: sock,
+	})
+	out := meshidOK(t, "inspect", "--workload-api", sock)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "RESOURCE") {
+		t.Fatalf("want a header and two rows:\n%s", out)
+	}
+	for i, want := range [][]string{{"svid", "Cert Chain", "true", testWorkload, "12h0m"}, {"bundle:cluster.local", "CA", "true"}} {
+		for _, w := range want {
+			if !strings.Contains(lines[i+1], w) {
+				t.Errorf("row %d lacks %q: %s", i+1, w, lines[i+1])
+			}
+		}
+	}
+	var rep any
+	if err := json.Unmarshal([]byte(meshidOK(t, "inspect", "--workload-api", sock, "-o", "json")), &rep); err != nil {
+		t.Fatalf("-o json: %v", err)
+	}
+	_, errOut, code := meshidRun(t, nil, "inspect", "--workload-api", filepath.Join(t.TempDir(), "none.sock"), "--timeout", "500ms")
+	if code != 1 || !strings.Contains(errOut, "Workload API") {
+		t.Errorf("absent socket: exit %d, stderr %q", code, errOut)
+	}
+}

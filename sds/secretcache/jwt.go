@@ -1,0 +1,422 @@
+package secretcache
+
+import (
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spiffe/go-spiffe/v2/bundle/jwtbundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/meshid/meshid/internal/clock"
+)
+
+// JWTSigner obtains JWT-SVIDs and the JWT bundle from the CA;
+// caclient.Client implements it. MintJWTSVID returns the token for id and
+// audience (the Manager checks it against the bundle); FetchJWTBundles the
+// RFC 7517 key sets keyed by trust domain SPIFFE ID. Both must return within
+// a bounded time; caclient applies its Timeout.
+type JWTSigner interface {
+	MintJWTSVID(ctx context.Context, id spiffeid.ID, audience []string) (string, error)
+	FetchJWTBundles(ctx context.Context) (map[string][]byte, error)
+}
+
+// Defaults and limits of the JWT-SVID cache.
+const (
+	// DefaultMaxJWTSVIDs bounds the JWT-SVIDs cached, one per audience
+	// set; the least recently used is dropped beyond it.
+	DefaultMaxJWTSVIDs = 1000
+	// DefaultJWTBundleRefresh is how often the JWT bundle is fetched again
+	// once in use. The CA publishes a signing key a day before it signs,
+	// so any interval well under a day sees every key in time.
+	DefaultJWTBundleRefresh = 5 * time.Minute
+	// MaxJWTAudiences and MaxJWTAudienceLength bound a JWT-SVID request's
+	// audiences: the CA's own limits (ca/jwtissuer), checked here so that a
+	// bad request costs no CA round trip.
+	MaxJWTAudiences      = 16
+	MaxJWTAudienceLength = 256
+	// MaxJWTSize bounds a token given to ValidateJWTSVID, in bytes.
+	MaxJWTSize = 16 << 10
+	// maxJWTMints bounds the JWT-SVID requests to the CA in flight at
+	// once; more callers wait (on their own context).
+	maxJWTMints = 16
+	// minJWTBundleRefetch spaces the bundle fetches triggered by a token
+	// signed with an unknown key, so that forged tokens with random key
+	// IDs cannot make the agent hammer the CA.
+	minJWTBundleRefetch = 30 * time.Second
+)
+
+var (
+	// ErrJWTUnavailable is returned by the JWT methods of a Manager
+	// without a JWTSigner.
+	ErrJWTUnavailable = errors.New("secretcache: JWT-SVIDs are not available (no JWT signer)")
+	// ErrInvalidAudience is wrapped by errors about a request's audiences.
+	ErrInvalidAudience = errors.New("secretcache: invalid audience")
+	// ErrInvalidJWT is wrapped by every refusal of a token.
+	ErrInvalidJWT = errors.New("secretcache: invalid JWT-SVID")
+)
+
+// JWTSVID is a JWT-SVID: minted for this workload, or validated.
+type JWTSVID struct {
+	Token    string
+	ID       spiffeid.ID
+	Audience []string
+	Expiry   time.Time
+	// Claims are all the token's claims, as decoded from JSON.
+	Claims map[string]any
+}
+
+// JWTBundle is the JWT bundle of the CA. It is immutable; a change
+// produces a new *JWTBundle with a new Version.
+type JWTBundle struct {
+	Version string
+	// Raw holds each trust domain's JWKS as the CA served it, keyed by
+	// the trust domain's SPIFFE ID ("spiffe://<td>").
+	Raw map[string][]byte
+	Set *jwtbundle.Set
+}
+
+// jwtCache holds the JWT-SVIDs (least recently used first out) and the JWT
+// bundle of a Manager.
+type jwtCache struct {
+	signer  JWTSigner
+	id      spiffeid.ID
+	clock   clock.Clock
+	log     *slog.Logger
+	max     int
+	refresh time.Duration
+	mints   chan struct{} // a token per CA request in flight
+
+	mu      sync.Mutex
+	lru     *list.List // of *jwtEntry, most recently used first
+	entries map[string]*list.Element
+	flights map[string]*jwtFlight
+
+	bundle    atomic.Pointer[JWTBundle]
+	wanted    chan struct{} // closed once the bundle was asked for: keep it fresh
+	wantOnce  sync.Once
+	bundleMu  sync.Mutex // serialises fetches
+	lastFetch time.Time  // of the last fetch, under bundleMu
+
+	watchMu  sync.Mutex
+	watchID  uint64
+	watchers map[uint64]func(*JWTBundle)
+}
+
+type jwtEntry struct {
+	key     string
+	svid    *JWTSVID
+	renewAt time.Time
+}
+
+type jwtFlight struct {
+	done chan struct{}
+	svid *JWTSVID
+	err  error
+}
+
+func newJWTCache(signer JWTSigner, id spiffeid.ID, max int, refresh time.Duration, clk clock.Clock, log *slog.Logger) *jwtCache {
+	return &jwtCache{
+		signer: signer, id: id, clock: clk, log: log, max: max, refresh: refresh,
+		mints:    make(chan struct{}, maxJWTMints),
+		wanted:   make(chan struct{}),
+		lru:      list.New(),
+		entries:  map[string]*list.Element{},
+		flights:  map[string]*jwtFlight{},
+		watchers: map[uint64]func(*JWTBundle){},
+	}
+}
+
+// JWTSVID returns a JWT-SVID of the workload for audience: the cached one
+// while less than half its life has passed, else a new one from the CA
+// (one request however many callers ask for the same audience set). The
+// token is checked against the JWT bundle (signature, subject, audience,
+// expiry) before it is cached or returned. Errors: ErrInvalidAudience,
+// ErrJWTUnavailable, ErrNotReady (the CA failed), or the CA's refusal.
+func (m *Manager) JWTSVID(ctx context.Context, audience []string) (*JWTSVID, error) {
+	if m.jwt == nil {
+		return nil, ErrJWTUnavailable
+	}
+	return m.jwt.svid(ctx, audience)
+}
+
+// JWTSVIDsCached returns how many JWT-SVIDs the Manager holds.
+func (m *Manager) JWTSVIDsCached() int {
+	if m.jwt == nil {
+		return 0
+	}
+	m.jwt.mu.Lock()
+	defer m.jwt.mu.Unlock()
+	return m.jwt.lru.Len()
+}
+
+// JWTBundle returns the JWT bundle, fetching it from the CA the first
+// time; from then on Run refreshes it every JWTBundleRefresh.
+func (m *Manager) JWTBundle(ctx context.Context) (*JWTBundle, error) {
+	if m.jwt == nil {
+		return nil, ErrJWTUnavailable
+	}
+	return m.jwt.currentBundle(ctx)
+}
+
+// WatchJWTBundle calls notify, which must not block, each time the JWT
+// bundle changes, until cancel is called.
+func (m *Manager) WatchJWTBundle(notify func(*JWTBundle)) (cancel func()) {
+	if m.jwt == nil || notify == nil {
+		return func() {}
+	}
+	c := m.jwt
+	c.watchMu.Lock()
+	id := c.watchID
+	c.watchID++
+	c.watchers[id] = notify
+	c.watchMu.Unlock()
+	return func() {
+		c.watchMu.Lock()
+		delete(c.watchers, id)
+		c.watchMu.Unlock()
+	}
+}
+
+// ValidateJWTSVID validates token for audience against the JWT bundle, on
+// the Manager's clock. A token signed with a key the bundle lacks makes the
+// Manager fetch the bundle again (at most every 30 seconds) before it
+// refuses. Refusals wrap ErrInvalidJWT.
+func (m *Manager) ValidateJWTSVID(ctx context.Context, token, audience string) (*JWTSVID, error) {
+	if m.jwt == nil {
+		return nil, ErrJWTUnavailable
+	}
+	return m.jwt.validate(ctx, token, []string{audience}, false)
+}
+
+func (c *jwtCache) svid(ctx context.Context, audience []string) (*JWTSVID, error) {
+	key, err := audienceKey(audience)
+	if err != nil {
+		return nil, err
+	}
+	key = c.id.String() + "\n" + key // per (identity, audience set)
+	now := c.clock.Now()
+	c.mu.Lock()
+	if el, ok := c.entries[key]; ok {
+		e := el.Value.(*jwtEntry)
+		if now.Before(e.renewAt) {
+			c.lru.MoveToFront(el)
+			c.mu.Unlock()
+			return e.svid, nil
+		}
+	}
+	f := c.flights[key]
+	if f == nil {
+		f = &jwtFlight{done: make(chan struct{})}
+		c.flights[key] = f
+		// Detached from this caller, so that callers that joined it still
+		// get the result; the CA client bounds the request's time.
+		go c.mint(context.WithoutCancel(ctx), key, slices.Clone(audience), f)
+	}
+	c.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.svid, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// mint obtains, checks and caches the JWT-SVID of f.
+func (c *jwtCache) mint(ctx context.Context, key string, audience []string, f *jwtFlight) {
+	c.mints <- struct{}{}
+	tok, err := c.signer.MintJWTSVID(ctx, c.id, audience)
+	<-c.mints
+	var svid *JWTSVID
+	if err == nil {
+		svid, err = c.validate(ctx, tok, audience, true)
+		if err == nil && (svid.ID != c.id || !sameSet(svid.Audience, audience)) {
+			err = fmt.Errorf("%w: the CA's token is for %s %q, want %s %q", ErrInvalidJWT, svid.ID, svid.Audience, c.id, audience)
+		}
+		if err != nil {
+			c.log.Warn("JWT-SVID from the CA refused", "error", err)
+			// The CA's fault, not the caller's: not ready, not invalid input.
+			err = fmt.Errorf("%w: the CA's JWT-SVID: %w", ErrNotReady, err)
+		}
+	} else {
+		c.log.Warn("JWT-SVID request failed", "error", err)
+	}
+	now := c.clock.Now()
+	c.mu.Lock()
+	if err == nil {
+		if el, ok := c.entries[key]; ok {
+			c.lru.Remove(el)
+		}
+		renewAt := now.Add(svid.Expiry.Sub(now) / 2)
+		c.entries[key] = c.lru.PushFront(&jwtEntry{key: key, svid: svid, renewAt: renewAt})
+		for c.lru.Len() > c.max {
+			old := c.lru.Remove(c.lru.Back()).(*jwtEntry)
+			delete(c.entries, old.key)
+		}
+	}
+	delete(c.flights, key)
+	f.svid, f.err = svid, err
+	c.mu.Unlock()
+	close(f.done)
+}
+
+// validate checks token against the bundle; a token signed by a key the
+// bundle lacks triggers one fetch (always for the CA's own answers,
+// otherwise at most every minJWTBundleRefetch) and a second check.
+func (c *jwtCache) validate(ctx context.Context, token string, audience []string, fromCA bool) (*JWTSVID, error) {
+	b, err := c.currentBundle(ctx)
+	if err != nil {
+		return nil, err
+	}
+	svid, err := validateJWT(token, b.Set, audience, c.clock.Now())
+	if !errors.Is(err, errUnknownKey) {
+		return svid, err
+	}
+	if b, err = c.fetchBundle(ctx, b, fromCA); err != nil {
+		return nil, err
+	}
+	return validateJWT(token, b.Set, audience, c.clock.Now())
+}
+
+func (c *jwtCache) currentBundle(ctx context.Context) (*JWTBundle, error) {
+	c.wantOnce.Do(func() { close(c.wanted) })
+	if b := c.bundle.Load(); b != nil {
+		return b, nil
+	}
+	return c.fetchBundle(ctx, nil, true)
+}
+
+// fetchBundle fetches the bundle unless one newer than seen was installed
+// meanwhile, or unless force is false and the last fetch was recent.
+func (c *jwtCache) fetchBundle(ctx context.Context, seen *JWTBundle, force bool) (*JWTBundle, error) {
+	c.bundleMu.Lock()
+	defer c.bundleMu.Unlock()
+	cur := c.bundle.Load()
+	if cur != nil && cur != seen {
+		return cur, nil
+	}
+	now := c.clock.Now()
+	if cur != nil && !force && now.Sub(c.lastFetch) < minJWTBundleRefetch {
+		return cur, nil
+	}
+	c.lastFetch = now
+	raw, err := c.signer.FetchJWTBundles(ctx)
+	if err == nil {
+		var b *JWTBundle
+		if b, err = parseJWTBundles(raw); err == nil {
+			if cur == nil || cur.Version != b.Version {
+				c.bundle.Store(b)
+				c.log.Info("JWT bundle updated", "version", b.Version)
+				c.notify(b)
+			}
+			return c.bundle.Load(), nil
+		}
+	}
+	if cur != nil {
+		c.log.Warn("JWT bundle refresh failed; keeping the current one", "error", err)
+		return cur, nil
+	}
+	return nil, fmt.Errorf("%w: JWT bundle: %w", ErrNotReady, err)
+}
+
+func (c *jwtCache) notify(b *JWTBundle) {
+	c.watchMu.Lock()
+	fns := make([]func(*JWTBundle), 0, len(c.watchers))
+	for _, fn := range c.watchers {
+		fns = append(fns, fn)
+	}
+	c.watchMu.Unlock()
+	for _, fn := range fns {
+		fn(b)
+	}
+}
+
+// run refreshes the bundle every refresh interval once it is in use (an
+// agent whose workloads never use JWT-SVIDs never asks the CA for it).
+func (c *jwtCache) run(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-c.wanted:
+	}
+	t := c.clock.NewTimer(c.refresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		_, _ = c.fetchBundle(ctx, c.bundle.Load(), true)
+		t.Reset(c.refresh)
+	}
+}
+
+// parseJWTBundles parses the CA's bundles; Version is a hash of them all.
+func parseJWTBundles(raw map[string][]byte) (*JWTBundle, error) {
+	tds := make([]string, 0, len(raw))
+	for k := range raw {
+		tds = append(tds, k)
+	}
+	sort.Strings(tds)
+	h := sha256.New()
+	set := jwtbundle.NewSet()
+	for _, k := range tds {
+		td, err := spiffeid.TrustDomainFromString(k)
+		if err != nil {
+			return nil, fmt.Errorf("secretcache: JWT bundle key %q: %w", k, err)
+		}
+		b, err := jwtbundle.Parse(td, raw[k])
+		if err != nil {
+			return nil, fmt.Errorf("secretcache: JWT bundle of %s: %w", td.Name(), err)
+		}
+		set.Add(b)
+		fmt.Fprintf(h, "%d:%s%d:", len(k), k, len(raw[k]))
+		h.Write(raw[k])
+	}
+	return &JWTBundle{Version: hex.EncodeToString(h.Sum(nil))[:16], Raw: raw, Set: set}, nil
+}
+
+// audienceKey checks audience and returns the cache key of its set.
+func audienceKey(audience []string) (string, error) {
+	switch {
+	case len(audience) == 0:
+		return "", fmt.Errorf("%w: at least one audience is required", ErrInvalidAudience)
+	case len(audience) > MaxJWTAudiences:
+		return "", fmt.Errorf("%w: %d audiences, more than the limit of %d", ErrInvalidAudience, len(audience), MaxJWTAudiences)
+	}
+	for n, a := range audience {
+		switch {
+		case a == "":
+			return "", fmt.Errorf("%w: audience %d is empty", ErrInvalidAudience, n)
+		case len(a) > MaxJWTAudienceLength:
+			return "", fmt.Errorf("%w: audience %d is %d bytes, more than the limit of %d", ErrInvalidAudience, n, len(a), MaxJWTAudienceLength)
+		case !utf8.ValidString(a):
+			return "", fmt.Errorf("%w: audience %d is not valid UTF-8", ErrInvalidAudience, n)
+		}
+	}
+	set := slices.Clone(audience)
+	slices.Sort(set)
+	set = slices.Compact(set)
+	key, err := json.Marshal(set) // an unambiguous encoding of the set
+	return string(key), err
+}
+
+// sameSet reports whether a and b hold the same strings.
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
+}

@@ -233,6 +233,7 @@ func (a *Authority) sign(ctx context.Context, is *issuer, req Request, now time.
 		serial:    serial,
 		notBefore: notBefore,
 		notAfter:  notAfter,
+		pub:       csr.PublicKey,
 		spki:      spki,
 		rsaKey:    isRSA,
 		uri:       req.ID.String(),

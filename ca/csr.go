@@ -2,6 +2,7 @@ package ca
 
 import (
 	"crypto/x509"
+	"net/url"
 )
 
 // CSR is a certificate request whose proof of possession has been checked:
@@ -12,6 +13,8 @@ import (
 // twice the CA's sign). The zero CSR is refused by Sign.
 type CSR struct {
 	req *x509.CertificateRequest
+	// partial: req is parseCSRFast's, without Subject and Attributes.
+	partial bool
 }
 
 // VerifyCSR checks an already parsed request as ParseCSR does (key type and
@@ -33,9 +36,19 @@ func VerifyCSR(csr *x509.CertificateRequest) (*CSR, error) {
 	return &CSR{req: csr}, nil
 }
 
-// Request returns a shallow copy of the parsed request, for reading its
-// fields (URIs, Subject...).
+// Request returns the parsed request, every field as
+// x509.ParseCertificateRequest returns it, for reading (Subject...): a
+// shallow copy, or a fresh parse when ParseCSR's own parser read only what
+// the CA needs (csrparse.go). For the SPIFFE ID, URIs is cheaper.
 func (c *CSR) Request() *x509.CertificateRequest {
+	if c.partial {
+		if r, err := x509.ParseCertificateRequest(c.req.Raw); err == nil {
+			return r
+		}
+	}
 	r := *c.req
 	return &r
 }
+
+// URIs returns the request's URI SANs. The slice is shared: do not modify it.
+func (c *CSR) URIs() []*url.URL { return c.req.URIs }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"encoding/pem"
 	"net"
 	"testing"
 
@@ -19,31 +20,17 @@ import (
 func FuzzParseAndCheckCSR(f *testing.F) {
 	a := newAuthority(f, rootBundle(f, certs.ECP256, t0), clock.NewFake(t0))
 	id := callerID.String()
-	basicCA, _ := asn1.Marshal(struct {
-		IsCA bool `asn1:"optional"`
-	}{true})
-	for _, s := range []csrSpec{
-		{uris: []string{id}},
-		{},
-		{key: mustKey(f, certs.RSA2048), uris: []string{id}},
-		{key: mustKey(f, certs.Ed25519), uris: []string{id}},
-		{key: mustKey(f, certs.ECP384), subject: pkix.Name{Organization: []string{""}}, uris: []string{id}},
-		{uris: []string{otherID.String()}},
-		{uris: []string{id, id}},
-		{dns: []string{"a.example"}, ips: []net.IP{net.IPv4(10, 0, 0, 1)}, emails: []string{"x@y.example"}},
-		{extra: []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 19}, Critical: true, Value: basicCA}}},
-	} {
-		pemCSR, _ := mkCSR(f, s)
-		f.Add(pemCSR)
-		f.Add(append(append([]byte{}, pemCSR...), pemCSR...))
-		f.Add(pemCSR[:len(pemCSR)/2])
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
 	}
-	f.Add(istioCSR(f, mustKey(f, certs.ECP256), id, false))
-	f.Add([]byte("-----BEGIN CERTIFICATE REQUEST-----\n-----END CERTIFICATE REQUEST-----\n"))
-	f.Add([]byte("not a CSR"))
-	f.Add([]byte{})
 
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// The hand-written parser reads what x509 reads, or leaves the
+		// input to x509 (ca/csrparse.go).
+		checkFastMatchesX509(t, data)
+		if b, _ := pem.Decode(data); b != nil {
+			checkFastMatchesX509(t, b.Bytes)
+		}
 		csr, err := ca.ParseCSR(data)
 		if err != nil {
 			if k := ca.KindOf(err); k != ca.KindInvalidArgument {
@@ -68,4 +55,33 @@ func FuzzParseAndCheckCSR(f *testing.F) {
 			t.Fatalf("leaf does not verify: %v", err)
 		}
 	})
+}
+
+// fuzzSeeds is the seed corpus of FuzzParseAndCheckCSR, which the
+// differential test of the CSR parser also reads.
+func fuzzSeeds(t testing.TB) [][]byte {
+	id := callerID.String()
+	basicCA, _ := asn1.Marshal(struct {
+		IsCA bool `asn1:"optional"`
+	}{true})
+	var seeds [][]byte
+	for _, s := range []csrSpec{
+		{uris: []string{id}},
+		{},
+		{key: mustKey(t, certs.RSA2048), uris: []string{id}},
+		{key: mustKey(t, certs.Ed25519), uris: []string{id}},
+		{key: mustKey(t, certs.ECP384), subject: pkix.Name{Organization: []string{""}}, uris: []string{id}},
+		{uris: []string{otherID.String()}},
+		{uris: []string{id, id}},
+		{dns: []string{"a.example"}, ips: []net.IP{net.IPv4(10, 0, 0, 1)}, emails: []string{"x@y.example"}},
+		{extra: []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 19}, Critical: true, Value: basicCA}}},
+	} {
+		pemCSR, _ := mkCSR(t, s)
+		seeds = append(seeds, pemCSR, append(append([]byte{}, pemCSR...), pemCSR...), pemCSR[:len(pemCSR)/2])
+	}
+	return append(seeds,
+		istioCSR(t, mustKey(t, certs.ECP256), id, false),
+		[]byte("-----BEGIN CERTIFICATE REQUEST-----\n-----END CERTIFICATE REQUEST-----\n"),
+		[]byte("not a CSR"),
+		[]byte{})
 }

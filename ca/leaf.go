@@ -1,6 +1,7 @@
 package ca
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -9,8 +10,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"errors"
 	"fmt"
 	"math/big"
+	"net/url"
 	"time"
 
 	"golang.org/x/crypto/cryptobyte"
@@ -80,6 +83,11 @@ type issuer struct {
 	signOpts   crypto.SignerOpts
 	verifyEach bool   // verify every signature (signers outside the standard library)
 	extAKI     []byte // DER authorityKeyIdentifier extension, or nil
+
+	// The leaf's extensions but subjectAltName, as x509.ParseCertificate
+	// reports them, for the leaves' *x509.Certificate (leafCert). Shared
+	// by every leaf: read only.
+	extsSign, extsSignEnc []pkix.Extension
 }
 
 // signatureAlgorithms maps a CA key to the leaf signature algorithm (as
@@ -172,6 +180,21 @@ func newIssuer(b *keystore.Bundle) (*issuer, error) {
 			ID []byte `asn1:"optional,tag:0"`
 		}{b.Cert.SubjectKeyId})
 	}
+	for _, der := range [][]byte{extKeyUsageSign, extKeyUsageSignEnc, extExtKeyUsage, extNotCA, is.extAKI} {
+		if der == nil {
+			continue
+		}
+		var e pkix.Extension
+		if rest, err := asn1.Unmarshal(der, &e); err != nil || len(rest) > 0 {
+			return nil, fmt.Errorf("leaf extension: %v", err)
+		}
+		if !bytes.Equal(der, extKeyUsageSignEnc) {
+			is.extsSign = append(is.extsSign, e)
+		}
+		if !bytes.Equal(der, extKeyUsageSign) {
+			is.extsSignEnc = append(is.extsSignEnc, e)
+		}
+	}
 	return is, nil
 }
 
@@ -180,13 +203,26 @@ type leafSpec struct {
 	serial    *big.Int
 	notBefore time.Time
 	notAfter  time.Time
-	spki      []byte // DER SubjectPublicKeyInfo
-	rsaKey    bool   // adds keyEncipherment
-	uri       string // the SPIFFE ID
+	pub       crypto.PublicKey // the leaf's key
+	spki      []byte           // its DER SubjectPublicKeyInfo
+	rsaKey    bool             // adds keyEncipherment
+	uri       string           // the SPIFFE ID
 }
 
-// tbs encodes the TBSCertificate of a leaf.
-func (is *issuer) tbs(s *leafSpec) ([]byte, error) {
+// sanValue encodes the subjectAltName value of a leaf: GeneralNames
+// holding one uniformResourceIdentifier.
+func sanValue(uri string) ([]byte, error) {
+	b := cryptobyte.NewBuilder(make([]byte, 0, len(uri)+8))
+	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
+		b.AddASN1(cbasn1.Tag(6).ContextSpecific(), func(b *cryptobyte.Builder) {
+			b.AddBytes([]byte(uri))
+		})
+	})
+	return b.Bytes()
+}
+
+// tbs encodes the TBSCertificate of a leaf whose subjectAltName value is san.
+func (is *issuer) tbs(s *leafSpec, san []byte) ([]byte, error) {
 	b := cryptobyte.NewBuilder(make([]byte, 0, 640))
 	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
 		b.AddASN1(cbasn1.Tag(0).Constructed().ContextSpecific(), func(b *cryptobyte.Builder) {
@@ -214,13 +250,7 @@ func (is *issuer) tbs(s *leafSpec) ([]byte, error) {
 				b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) { // subjectAltName
 					b.AddASN1ObjectIdentifier(oidSubjectAltName)
 					b.AddASN1Boolean(true) // critical: the subject is empty
-					b.AddASN1(cbasn1.OCTET_STRING, func(b *cryptobyte.Builder) {
-						b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-							b.AddASN1(cbasn1.Tag(6).ContextSpecific(), func(b *cryptobyte.Builder) {
-								b.AddBytes([]byte(s.uri))
-							})
-						})
-					})
+					b.AddASN1OctetString(san)
 				})
 			})
 		})
@@ -248,4 +278,64 @@ func (is *issuer) certificate(tbs, sig []byte) ([]byte, error) {
 		b.AddASN1BitString(sig)
 	})
 	return b.Bytes()
+}
+
+// leafCert returns the *x509.Certificate of a leaf that issue encoded from
+// s: der is the certificate, san its subjectAltName value and sig its
+// signature. Every field is what x509.ParseCertificate(der) reports (the
+// test TestLeafStructIsParsed and each bundle's probe compare the two),
+// filled from the values that were encoded instead of decoding them again.
+func (is *issuer) leafCert(s *leafSpec, der, san, sig []byte) (*x509.Certificate, error) {
+	input := cryptobyte.String(der)
+	var outer, rawTBS cryptobyte.String
+	if !input.ReadASN1(&outer, cbasn1.SEQUENCE) || !outer.ReadASN1Element(&rawTBS, cbasn1.SEQUENCE) {
+		return nil, errors.New("malformed leaf")
+	}
+	u, err := url.Parse(s.uri)
+	if err != nil {
+		return nil, err
+	}
+	ku, base := x509.KeyUsageDigitalSignature, is.extsSign
+	if s.rsaKey {
+		ku, base = ku|x509.KeyUsageKeyEncipherment, is.extsSignEnc
+	}
+	exts := make([]pkix.Extension, len(base), len(base)+1)
+	copy(exts, base)
+	exts = append(exts, pkix.Extension{Id: oidSubjectAltName, Critical: true, Value: san})
+	var pkAlg x509.PublicKeyAlgorithm
+	switch s.pub.(type) {
+	case *rsa.PublicKey:
+		pkAlg = x509.RSA
+	case *ecdsa.PublicKey:
+		pkAlg = x509.ECDSA
+	case ed25519.PublicKey:
+		pkAlg = x509.Ed25519
+	}
+	var aki []byte
+	if is.extAKI != nil {
+		aki = is.cert.SubjectKeyId
+	}
+	return &x509.Certificate{
+		Raw:                     der,
+		RawTBSCertificate:       rawTBS,
+		RawSubjectPublicKeyInfo: s.spki,
+		RawSubject:              emptySubject,
+		RawIssuer:               is.rawIssuer,
+		Signature:               sig,
+		SignatureAlgorithm:      is.sigAlg,
+		PublicKeyAlgorithm:      pkAlg,
+		PublicKey:               s.pub,
+		Version:                 3,
+		SerialNumber:            s.serial,
+		Issuer:                  is.cert.Subject,
+		NotBefore:               s.notBefore.UTC().Truncate(time.Second),
+		NotAfter:                s.notAfter.UTC().Truncate(time.Second),
+		KeyUsage:                ku,
+		Extensions:              exts,
+		ExtKeyUsage:             []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid:   true,
+		MaxPathLen:              -1,
+		AuthorityKeyId:          aki,
+		URIs:                    []*url.URL{u},
+	}, nil
 }

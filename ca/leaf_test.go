@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/asn1"
+	"reflect"
 	"testing"
 	"time"
 
@@ -228,5 +229,44 @@ func TestLeafMatchesCreateCertificate(t *testing.T) {
 				t.Errorf("NotAfter %v, want a 2050 date", leaf.NotAfter)
 			}
 		})
+	}
+}
+
+// TestLeafStructIsParsed checks that the *x509.Certificate Sign returns,
+// which ca/sign.go builds from the values it encoded instead of parsing the
+// DER back, is exactly what x509.ParseCertificate reads from the DER: every
+// field, for each CA key (root and intermediate) and each leaf key type,
+// before and after 2050. (A CA without a subject key identifier is
+// covered by the probe, which compares the two for every bundle.)
+func TestLeafStructIsParsed(t *testing.T) {
+	late := time.Date(2049, 12, 31, 12, 0, 0, 0, time.UTC)
+	bundles := []struct {
+		name string
+		b    *keystore.Bundle
+		now  time.Time
+	}{
+		{"root ec-p256", rootBundle(t, certs.ECP256, t0), t0},
+		{"root rsa-2048", rootBundle(t, certs.RSA2048, t0), t0},
+		{"intermediate ec-p384", intermediateBundle(t, certs.ECP384, t0), t0},
+		{"root ec-p256, NotAfter in 2050", rootBundle(t, certs.ECP256, late), late},
+	}
+	for _, bc := range bundles {
+		for _, kt := range []certs.KeyType{certs.ECP256, certs.ECP384, certs.RSA2048, certs.Ed25519} {
+			t.Run(bc.name+"/"+string(kt), func(t *testing.T) {
+				a := newAuthority(t, bc.b, clock.NewFake(bc.now.Add(123*time.Millisecond)))
+				pemCSR, _ := mkCSR(t, csrSpec{key: mustKey(t, kt), uris: []string{callerID.String()}})
+				iss, err := parseAndSign(a, pemCSR, callerID, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				parsed, err := x509.ParseCertificate(iss.Leaf.Raw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(iss.Leaf, parsed) {
+					t.Errorf("the returned leaf is not its parsed DER:\n got %+v\nwant %+v", iss.Leaf, parsed)
+				}
+			})
+		}
 	}
 }

@@ -96,11 +96,16 @@ func ParseCSR(pemData []byte) (*CSR, error) {
 		}
 		return nil, Errorf(KindInvalidArgument, "trailing data after the CSR PEM block")
 	}
-	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	req, full, err := parseCSR(block.Bytes)
 	if err != nil {
 		return nil, Wrap(KindInvalidArgument, err, "CSR is malformed")
 	}
-	return VerifyCSR(csr)
+	csr, err := VerifyCSR(req)
+	if err != nil {
+		return nil, err
+	}
+	csr.partial = !full
+	return csr, nil
 }
 
 // checkCSR applies the CSR policy for a caller that proved identity id.

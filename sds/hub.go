@@ -12,24 +12,50 @@ import (
 // hub is what streams share: the encoded-resource cache. Subscriptions are
 // the Source's (Manager.Watch is the one subscription point, for SDS streams
 // and any other consumer); each stream keeps its own in subs.
+//
+// No lock is shared by all streams on their paths: every proxy subscribes
+// to the same two names (default, ROOTCA), so a lock per name would be as
+// global as one lock. Reference counts are atomic under the map's read
+// lock, and the write lock is taken only to add a name or to drop it when
+// its last subscription goes: 10,000 streams that open or close at once
+// contend on nothing (the mutex profile in docs/benchmarks.md). Each name's
+// entry has its own lock.
 type hub struct {
 	src Source
 
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	cache map[string]*cached // by name, while a stream subscribes to it
 }
 
 // cached is the latest entry of a subscribed name and how many stream
 // subscriptions hold it.
 type cached struct {
-	refs int
+	refs atomic.Int64 // 0: being dropped (only the map's write lock revives it)
+	mu   sync.Mutex   // guards e
 	e    *entry
 }
 
 func newHub(src Source) *hub { return &hub{src: src, cache: map[string]*cached{}} }
 
+// lookup returns the cache record of name, or nil.
+func (h *hub) lookup(name string) *cached {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.cache[name]
+}
+
 // ref counts a subscription to name, so that entries built for it are kept.
 func (h *hub) ref(name string) {
+	h.mu.RLock()
+	if c := h.cache[name]; c != nil {
+		for n := c.refs.Load(); n > 0; n = c.refs.Load() {
+			if c.refs.CompareAndSwap(n, n+1) {
+				h.mu.RUnlock()
+				return
+			}
+		}
+	}
+	h.mu.RUnlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.cache[name]
@@ -37,17 +63,19 @@ func (h *hub) ref(name string) {
 		c = &cached{}
 		h.cache[name] = c
 	}
-	c.refs++
+	c.refs.Add(1) // revives a record whose last unref waits for the lock
 }
 
 // unref drops a subscription; the last one frees the name's entry.
 func (h *hub) unref(name string) {
+	c := h.lookup(name)
+	if c == nil || c.refs.Add(-1) > 0 {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if c := h.cache[name]; c != nil {
-		if c.refs--; c.refs <= 0 {
-			delete(h.cache, name)
-		}
+	if h.cache[name] == c && c.refs.Load() <= 0 {
+		delete(h.cache, name)
 	}
 }
 
@@ -59,26 +87,27 @@ func (h *hub) entry(sec *secretcache.Secret) (*entry, error) {
 	if sec == nil {
 		return nil, errors.New("sds: nil secret")
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	c := h.cache[sec.Name]
-	if c != nil && c.e != nil && c.e.version == sec.Version {
+	c := h.lookup(sec.Name)
+	if c == nil {
+		return newEntry(sec)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.e != nil && c.e.version == sec.Version {
 		return c.e, nil
 	}
 	e, err := newEntry(sec)
 	if err != nil {
 		return nil, err
 	}
-	if c != nil {
-		c.e = e
-	}
+	c.e = e
 	return e, nil
 }
 
 // size returns how many names the cache holds, for tests.
 func (h *hub) size() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	return len(h.cache)
 }
 

@@ -136,6 +136,7 @@ func loadClient(spec string, in io.Reader, out io.Writer) int {
 // loadClientProc is the parent's handle on a load client process.
 type loadClientProc struct {
 	tb  testing.TB
+	cmd *exec.Cmd
 	in  io.WriteCloser
 	out *bufio.Scanner
 }
@@ -161,7 +162,15 @@ func startLoadClient(tb testing.TB, path string, streams, conns int) *loadClient
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	return &loadClientProc{tb: tb, in: in, out: bufio.NewScanner(out)}
+	return &loadClientProc{tb: tb, cmd: cmd, in: in, out: bufio.NewScanner(out)}
+}
+
+// close kills the client process (all its streams end at once) and waits
+// for it.
+func (l *loadClientProc) close() {
+	l.in.Close()
+	_ = l.cmd.Process.Kill()
+	_ = l.cmd.Wait()
 }
 
 func (l *loadClientProc) send(line string) {

@@ -348,6 +348,7 @@ func (s *Server) Ready() error {
 // Run serves until ctx ends or a component fails.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.closeKey()
+	applyGC(s.cfg.GCPercent, s.cfg.MemoryLimit)
 	if s.monitor != nil {
 		if err := s.monitor.Listen(); err != nil {
 			return err

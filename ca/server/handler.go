@@ -126,7 +126,7 @@ func (s *Server) impersonate(ctx context.Context, caller *authn.Caller, req *sec
 	if s.nodeAuth == nil {
 		return id, "", ca.Errorf(ca.KindPermissionDenied, "impersonation (%s) is off on this CA: it needs trusted node accounts (--trusted-node-accounts) and a Kubernetes API server to watch pods (--kubeconfig or in-cluster)", ImpersonatedIdentityKey)
 	}
-	switch uris := csr.Request().URIs; {
+	switch uris := csr.URIs(); {
 	case len(uris) != 1:
 		return id, "", ca.Errorf(ca.KindInvalidArgument, "an impersonation CSR must carry exactly one URI SAN, the impersonated identity; it has %d", len(uris))
 	case uris[0].String() != target.String():

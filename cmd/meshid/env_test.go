@@ -44,6 +44,21 @@ func clearServerEnv(t *testing.T) {
 	}
 }
 
+// TestServerGOGC: without GOGC the CA runs with caserver's
+// DefaultGCPercent (GCPercent 0); with GOGC set, the runtime's setting is
+// kept (GCPercent -1).
+func TestServerGOGC(t *testing.T) {
+	clearServerEnv(t)
+	t.Setenv("GOGC", "")
+	if c := serverConfigOf(t); c.GCPercent != 0 {
+		t.Errorf("without GOGC: GCPercent %d, want 0 (the default)", c.GCPercent)
+	}
+	t.Setenv("GOGC", "200")
+	if c := serverConfigOf(t); c.GCPercent != -1 {
+		t.Errorf("with GOGC=200: GCPercent %d, want -1 (keep the runtime's)", c.GCPercent)
+	}
+}
+
 // TestServerEnv: each documented istiod variable, alone, reaches the CA's
 // Config through `meshid server`.
 func TestServerEnv(t *testing.T) {

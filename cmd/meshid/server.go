@@ -149,6 +149,9 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 		KubeBurst:            f.kubeBurst,
 		DisableRootConfigMap: !f.publishRootCM,
 	}
+	if v, ok := lookup("GOGC"); ok && v != "" {
+		cfg.GCPercent = -1 // the runtime applied the operator's GOGC: caserver keeps it
+	}
 	if cfg.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
 		return caserver.Config{}, fmt.Errorf("--root-configmap-namespaces: %w", err)
 	}

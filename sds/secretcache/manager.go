@@ -121,7 +121,7 @@ type Manager struct {
 	kick      chan struct{} // wakes the scheduler after a state change
 	wantFiles chan struct{} // a directory to watch appeared: Run starts the file watcher
 
-	topicsMu sync.Mutex
+	topicsMu sync.RWMutex // write-locked only to add or drop a topic (watch.go)
 	topics   map[string]*topic
 }
 

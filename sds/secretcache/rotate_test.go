@@ -3,6 +3,7 @@ package secretcache_test
 import (
 	"context"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -347,5 +348,43 @@ func TestBackdatedCertificateNoHotLoop(t *testing.T) {
 	f.run(t)
 	if d := f.parked(t).Sub(f.clock.Now()); d != time.Second {
 		t.Fatalf("renewal in %v, want the 1s floor", d)
+	}
+}
+
+// TestWatchCancelConcurrently: watches of the same names opened and
+// cancelled from many goroutines at once (10,000 streams closing while
+// others open) leave exactly the watchers still held, and the last cancel
+// of a name frees its topic. Run with -race: only adding or dropping a
+// topic takes the Manager's map lock for writing.
+func TestWatchCancelConcurrently(t *testing.T) {
+	f := newFixture(t, nil)
+	mustSecret(t, f.m, secretcache.DefaultName)
+	topics0, _ := f.m.Held()
+	held := f.m.Watch(secretcache.DefaultName, func(*secretcache.Secret) {})
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				name := []string{secretcache.DefaultName, secretcache.RootName}[(g+i)%2]
+				cancel := f.m.Watch(name, func(*secretcache.Secret) {})
+				if f.m.Watchers(name) == 0 {
+					t.Errorf("%s has no watcher while one is held", name)
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	if w := f.m.Watchers(secretcache.DefaultName); w != 1 {
+		t.Fatalf("%d watchers of default, want the one held", w)
+	}
+	if w := f.m.Watchers(secretcache.RootName); w != 0 {
+		t.Fatalf("%d watchers of ROOTCA, want 0", w)
+	}
+	held()
+	if topics, _ := f.m.Held(); topics != topics0 {
+		t.Fatalf("%d topics held after every cancel, want %d", topics, topics0)
 	}
 }

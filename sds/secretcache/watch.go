@@ -48,42 +48,75 @@ func (m *Manager) Watch(name string, notify func(*Secret)) (cancel func()) {
 		untrack = m.trackFile(name, pn)
 	}
 	w := &watcher{fn: notify}
-	m.topicsMu.Lock()
-	t := m.topics[name]
-	if t == nil {
-		t = &topic{subs: map[uint64]*watcher{}}
-		m.topics[name] = t
-	}
-	t.mu.Lock()
-	id := t.nextID
-	t.nextID++
-	t.subs[id] = w
-	t.snap = nil
-	t.mu.Unlock()
-	m.topicsMu.Unlock()
+	t, id := m.subscribe(name, w)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			w.off.Store(true)
-			m.topicsMu.Lock()
-			t.mu.Lock()
-			delete(t.subs, id)
-			t.snap = nil
-			if len(t.subs) == 0 && m.topics[name] == t {
-				delete(m.topics, name)
-			}
-			t.mu.Unlock()
-			m.topicsMu.Unlock()
+			m.unsubscribe(name, t, id)
 			untrack()
 		})
 	}
 }
 
+// subscribe adds w to name's topic. Every proxy watches the same names, so
+// the map's lock is taken for writing only to add a topic: the usual path
+// holds it for reading, which keeps a topic it finds in the map (removal
+// needs the write lock), and takes only the topic's own lock.
+func (m *Manager) subscribe(name string, w *watcher) (*topic, uint64) {
+	m.topicsMu.RLock()
+	if t := m.topics[name]; t != nil {
+		id := t.add(w)
+		m.topicsMu.RUnlock()
+		return t, id
+	}
+	m.topicsMu.RUnlock()
+	m.topicsMu.Lock()
+	defer m.topicsMu.Unlock()
+	t := m.topics[name]
+	if t == nil {
+		t = &topic{subs: map[uint64]*watcher{}}
+		m.topics[name] = t
+	}
+	return t, t.add(w)
+}
+
+// unsubscribe removes watcher id from t, and t from the map when it was the
+// last one: only that last cancel takes the map's write lock, so 10,000
+// streams closing at once do not queue on one lock.
+func (m *Manager) unsubscribe(name string, t *topic, id uint64) {
+	t.mu.Lock()
+	delete(t.subs, id)
+	t.snap = nil
+	empty := len(t.subs) == 0
+	t.mu.Unlock()
+	if !empty {
+		return
+	}
+	m.topicsMu.Lock()
+	defer m.topicsMu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.subs) == 0 && m.topics[name] == t { // a Watch may have come in between
+		delete(m.topics, name)
+	}
+}
+
+func (t *topic) add(w *watcher) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	id := t.nextID
+	t.nextID++
+	t.subs[id] = w
+	t.snap = nil
+	return id
+}
+
 // Watchers returns how many watchers name has.
 func (m *Manager) Watchers(name string) int {
-	m.topicsMu.Lock()
+	m.topicsMu.RLock()
 	t := m.topics[name]
-	m.topicsMu.Unlock()
+	m.topicsMu.RUnlock()
 	if t == nil {
 		return 0
 	}
@@ -110,9 +143,9 @@ func (m *Manager) Held() (topics, files int) {
 // than taking it as an argument) keeps a late push from delivering an older
 // version after a newer one.
 func (m *Manager) publish(name string) {
-	m.topicsMu.Lock()
+	m.topicsMu.RLock()
 	t := m.topics[name]
-	m.topicsMu.Unlock()
+	m.topicsMu.RUnlock()
 	if t == nil {
 		return
 	}

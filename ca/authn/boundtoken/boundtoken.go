@@ -196,13 +196,8 @@ func New(cfg Config) (*Verifier, error) {
 			fallbackUnbound, fallbackKey, fallbackObject, fallbackSecretBinding),
 		refreshes: metric.CounterVec("meshid_ca_bound_token_key_refreshes_total",
 			"Reads of the cluster's issuer discovery document and JWKS, by result (ok, error).", "result", "ok", "error"),
-		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "meshid_ca_token_verification_mode",
-			Help: "1 for the way the cluster's bound tokens are verified now: local (this CA) or tokenreview (the API server).",
-		}, []string{"mode"}),
+		mode: modeGauge(),
 	}
-	v.mode.WithLabelValues("local").Set(0)
-	v.mode.WithLabelValues("tokenreview").Set(1)
 	if cfg.CacheSize > 0 {
 		v.cache = cache.NewLRUExpireCacheWithClock(cfg.CacheSize, cfg.Clock)
 	}
@@ -210,6 +205,29 @@ func New(cfg Config) (*Verifier, error) {
 		return nil, fmt.Errorf("boundtoken: register metrics: %w", err)
 	}
 	return v, nil
+}
+
+// modeGauge is meshid_ca_token_verification_mode, set to tokenreview.
+func modeGauge() *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "meshid_ca_token_verification_mode",
+		Help: "1 for the way the cluster's bound tokens are verified now: local (this CA) or tokenreview (the API server).",
+	}, []string{"mode"})
+	g.WithLabelValues("local").Set(0)
+	g.WithLabelValues("tokenreview").Set(1)
+	return g
+}
+
+// ReportTokenReview logs and exports (meshid_ca_token_verification_mode)
+// that every token goes to TokenReview, for a CA that builds no Verifier.
+func ReportTokenReview(reg prometheus.Registerer, log *slog.Logger) error {
+	if err := metric.Register(reg, modeGauge()); err != nil {
+		return fmt.Errorf("boundtoken: register metrics: %w", err)
+	}
+	if log != nil {
+		log.Info("token verification: tokenreview (every token is sent to the API server)", "configured", string(ModeTokenReview))
+	}
+	return nil
 }
 
 func orDefault(d, def time.Duration) time.Duration {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	metadatafake "k8s.io/client-go/metadata/fake"
@@ -15,7 +16,6 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
 )
 
 func (e *env) auth(token string) (*authn.Caller, error) {
@@ -23,7 +23,7 @@ func (e *env) auth(token string) (*authn.Caller, error) {
 }
 
 func (e *env) result(t *testing.T, r string) float64 {
-	return testkit.Metric(t, e.reg, "meshid_ca_bound_token_results_total", "result", r)
+	return testutil.ToFloat64(e.v.results.WithLabelValues(r))
 }
 
 // wantRefused fails unless err is a final verdict of kind k that does not

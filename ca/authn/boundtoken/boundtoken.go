@@ -201,7 +201,7 @@ func New(cfg Config) (*Verifier, error) {
 	if cfg.CacheSize > 0 {
 		v.cache = cache.NewLRUExpireCacheWithClock(cfg.CacheSize, cfg.Clock)
 	}
-	if err := metric.Register(cfg.Registerer, v.results, v.refreshes, v.mode); err != nil {
+	if err := metric.Register(cfg.Registerer, append(v.objects.collectors(), v.results, v.refreshes, v.mode)...); err != nil {
 		return nil, fmt.Errorf("boundtoken: register metrics: %w", err)
 	}
 	return v, nil

@@ -64,6 +64,15 @@ func TestAcceptsPodBoundToken(t *testing.T) {
 	if !e.v.Active() {
 		t.Fatal("not active after discovery and sync")
 	}
+	n, err := testutil.GatherAndCount(e.reg, "meshid_ca_bound_token_informer_objects")
+	if err != nil || n != 2 {
+		t.Fatalf("informer object gauges: %d, %v; want pods and serviceaccounts", n, err)
+	}
+	for res, want := range map[string]int64{"pods": 1, "serviceaccounts": 1} {
+		if got := e.v.objects.counts[res].Load(); got != want {
+			t.Fatalf("%s held: %d, want %d", res, got, want)
+		}
+	}
 	tok := e.genuine(t, tokenClaims(t0))
 	for range 2 { // the second from the cache of verified signatures
 		c, err := e.auth(tok)

@@ -79,7 +79,9 @@ func (v *Verifier) discover(ctx context.Context) (*keySet, error) {
 }
 
 func (v *Verifier) get(ctx context.Context, path string) ([]byte, error) {
-	raw, err := v.cfg.REST.Get().AbsPath(path).SetHeader("Accept", "application/json").DoRaw(ctx)
+	// The API server serves the JWKS as application/jwk-set+json and
+	// answers 406 to a request that accepts only application/json.
+	raw, err := v.cfg.REST.Get().AbsPath(path).SetHeader("Accept", "application/json, application/jwk-set+json").DoRaw(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("boundtoken: GET %s: %w", path, err)
 	}

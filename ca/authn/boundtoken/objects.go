@@ -3,7 +3,10 @@ package boundtoken
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -27,6 +30,7 @@ type objects struct {
 	sas     informers.GenericInformer
 	pods    informers.GenericInformer
 	secrets informers.GenericInformer // nil unless WatchSecrets
+	counts  map[string]*atomic.Int64  // resource -> objects held
 }
 
 func newObjects(client metadata.Interface, watchSecrets bool) *objects {
@@ -35,7 +39,34 @@ func newObjects(client metadata.Interface, watchSecrets bool) *objects {
 	if watchSecrets {
 		o.secrets = f.ForResource(secrets)
 	}
+	o.counts = map[string]*atomic.Int64{}
+	for gvr, i := range map[schema.GroupVersionResource]informers.GenericInformer{serviceAccounts: o.sas, pods: o.pods, secrets: o.secrets} {
+		if i == nil {
+			continue
+		}
+		n := &atomic.Int64{}
+		o.counts[gvr.Resource] = n
+		// Counted from events: a store has no length, and listing its keys
+		// on every scrape would copy them all.
+		_, _ = i.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { n.Add(1) },
+			DeleteFunc: func(any) { n.Add(-1) },
+		})
+	}
 	return o
+}
+
+// collectors export how many objects each informer holds.
+func (o *objects) collectors() []prometheus.Collector {
+	var out []prometheus.Collector
+	for res, n := range o.counts {
+		out = append(out, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "meshid_ca_bound_token_informer_objects",
+			Help:        "Objects (metadata only) the bound-token verifier's informers hold, by resource.",
+			ConstLabels: prometheus.Labels{"resource": res},
+		}, func() float64 { return float64(n.Load()) }))
+	}
+	return out
 }
 
 // slim keeps of an object's metadata only what the checks and the

@@ -45,8 +45,10 @@ func BenchmarkFreshTokens(b *testing.B) {
 				out := freshRun(b, meshid, bench, mode)
 				b.ReportMetric(out.Runs[0].Throughput, "certs/s")
 				b.ReportMetric(out.APIServerRequests["tokenreviews"], "tokenreviews")
-				b.Logf("%s: %.1f certs/s, latency %v, API server requests %v",
-					mode, out.Runs[0].Throughput, out.Runs[0].Latency, out.APIServerRequests)
+				b.ReportMetric(out.Runs[0].CACPU, "CA-CPU-µs/cert")
+				r := out.Runs[0]
+				b.Logf("%s: %.1f certs/s, latency %v, CA CPU %.0fµs/cert, load CPU %.0fµs/cert, API server requests %v",
+					mode, r.Throughput, r.Latency, r.CACPU, r.LoadCPU, out.APIServerRequests)
 			}
 		})
 	}
@@ -59,6 +61,8 @@ type benchOutput struct {
 		Errors     map[string]int `json:"errors"`
 		Throughput float64        `json:"certs_per_second"`
 		Latency    map[string]any `json:"latency"`
+		CACPU      float64        `json:"ca_cpu_us_per_cert"`
+		LoadCPU    float64        `json:"client_cpu_us_per_cert"`
 	} `json:"runs"`
 	APIServerRequests map[string]float64 `json:"apiserver_requests"`
 }
@@ -140,7 +144,7 @@ func freshRun(b *testing.B, meshid, bench, mode string) benchOutput {
 	}
 	cmd := exec.Command(bench, "ca", "--addr", addr, "--ca-root", filepath.Join(state, "root-cert.pem"),
 		"--kubeconfig", cluster.AdminKubeconfig(), "--fresh-tokens", fmt.Sprint(freshTokens),
-		"--namespace", "fresh-"+mode, "--pregen-keys", "--concurrency", "16", "-o", "json", "-q")
+		"--namespace", "fresh-"+mode, "--pregen-keys", "--concurrency", "16", "--ca-pid", fmt.Sprint(ca.PID()), "-o", "json", "-q")
 	cmd.Stderr = os.Stderr
 	raw, err := cmd.Output()
 	if err != nil {

@@ -181,6 +181,7 @@ func TestFallsBackToTokenReview(t *testing.T) {
 			k["serviceaccount"] = map[string]any{"name": "cart", "uid": "old-sa-uid"}
 		}), fallbackObject},
 		{"unknown key id", sign(t, other, jose.ES256, "rotated-away", tokenClaims(t0)), fallbackKey},
+		{"no key id, not our key (another cluster, same issuer name)", sign(t, other, jose.ES256, "", tokenClaims(t0)), fallbackKey},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

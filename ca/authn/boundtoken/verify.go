@@ -180,7 +180,12 @@ func (v *Verifier) verify(ctx context.Context, token string, ks *keySet) (*bindi
 			break
 		}
 	}
-	if !signed {
+	switch {
+	case !signed && kid == "":
+		// Without a key id the token never claimed one of our keys: it may
+		// be another cluster's that shares the default issuer name.
+		return nil, nil, &fallback{fallbackKey}
+	case !signed:
 		return nil, nil, unauthenticated("bad token signature")
 	}
 	// The signature verified: cl is the issuer's.

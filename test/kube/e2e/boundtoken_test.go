@@ -322,24 +322,11 @@ func (f foreignKey) sign(t *testing.T, kid string, claims map[string]any) string
 
 func signClaims(t *testing.T, key jose.SigningKey, kid string, claims map[string]any) string {
 	t.Helper()
-	opts := (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", kid)
-	s, err := jose.NewSigner(key, opts)
+	tok, err := harness.SignJWT(key, kid, claims)
 	if err != nil {
 		t.Fatal(err)
 	}
-	payload, err := json.Marshal(claims)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jws, err := s.Sign(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := jws.CompactSerialize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return tok
 }
 
 // hmacSigned is the classic confusion attack: HS256 keyed with the bytes

@@ -15,6 +15,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/jwtissuer"
+	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/nodeauth"
@@ -39,7 +40,8 @@ type Server struct {
 	mu        sync.Mutex
 	authority *ca.Authority
 	grpc      *server.Server
-	jwt       *authn.JWT // nil without offline JWT; Run refreshes its keys
+	jwt       *authn.JWT           // nil without offline JWT; Run refreshes its keys
+	bound     *boundtoken.Verifier // nil unless local token verification; Run runs it
 }
 
 // New validates cfg, applies its defaults and builds the CA. It binds no
@@ -248,7 +250,14 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 		if err != nil {
 			return nil, nil, err
 		}
-		out = append(out, tr)
+		v, err := s.boundTokenVerifier()
+		if err != nil {
+			return nil, nil, err
+		}
+		s.mu.Lock()
+		s.bound = v
+		s.mu.Unlock()
+		out = append(prepend(v, out), tr)
 	}
 	if cfg.JWKSFile != "" || cfg.JWTIssuer != "" {
 		j, err := authn.NewJWT(authn.JWTConfig{
@@ -391,10 +400,13 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { return grpcSrv.Run(ctx) })
 	s.mu.Lock()
-	jwt := s.jwt
+	jwt, bound := s.jwt, s.bound
 	s.mu.Unlock()
 	if jwt != nil {
 		g.Go(func() error { return jwt.Run(ctx) })
+	}
+	if bound != nil {
+		g.Go(func() error { return bound.Run(ctx) })
 	}
 	attrs := []any{"grpc", grpcSrv.Addr().String(), "trust_domain", s.cfg.TrustDomain.Name()}
 	if s.monitor != nil {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/certs"
@@ -134,6 +135,13 @@ type Config struct {
 	// MaxTokenLifetime bounds an offline JWT's exp past its iat; 0 is
 	// ca/authn's default (48h), negative no bound.
 	MaxTokenLifetime time.Duration
+	// TokenVerification chooses who verifies the cluster's bound tokens
+	// (ca/authn/boundtoken): "auto" (default) verifies them in the CA once
+	// the issuer's keys are discovered and the informers synced, and sends
+	// them to TokenReview until then; "local" only in the CA; "tokenreview"
+	// always to the API server. It needs a client built from Kubeconfig
+	// or the in-cluster config (not KubeClient) for its metadata informers.
+	TokenVerification boundtoken.Mode
 	// TokenReviewIssuers are the issuers whose tokens TokenReview judges
 	// (finally); empty means every token, so the offline JWT check only
 	// sees tokens when there is no Kubernetes client.
@@ -198,6 +206,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.GCPercent = cmp.Or(cfg.GCPercent, DefaultGCPercent)
 	if cfg.MemoryLimit < 0 {
 		return cfg, errors.New("caserver: negative memory limit")
+	}
+	cfg.TokenVerification = cmp.Or(cfg.TokenVerification, boundtoken.DefaultMode)
+	if _, err := boundtoken.ParseMode(string(cfg.TokenVerification)); err != nil {
+		return cfg, fmt.Errorf("caserver: %w", err)
 	}
 	if cfg.KubeQPS < 0 || cfg.KubeBurst < 0 || cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0 || cfg.FirstRequestTimeout < 0 {
 		return cfg, errors.New("caserver: negative Kubernetes rate limit or connection limit")

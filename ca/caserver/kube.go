@@ -7,6 +7,8 @@ import (
 	"log/slog"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
@@ -19,6 +21,9 @@ import (
 // each with its own rate limit so that neither starves the other.
 type kubeClients struct {
 	auth, controllers kubernetes.Interface
+	// metadata serves the bound-token verifier's informers, at the
+	// controllers' rate limit; nil with Config.KubeClient.
+	metadata metadata.Interface
 }
 
 // newKubeClients returns cfg.KubeClient for both, clients from Kubeconfig
@@ -34,7 +39,11 @@ func newKubeClients(cfg Config) (*kubeClients, error) {
 	if err != nil {
 		return nil, fmt.Errorf("caserver: kubernetes client: %w", err)
 	}
-	return &kubeClients{auth: cs.Auth, controllers: cs.Controllers}, nil
+	md, err := metadata.NewForConfig(rest.CopyConfig(cs.ControllerConfig))
+	if err != nil {
+		return nil, fmt.Errorf("caserver: kubernetes metadata client: %w", err)
+	}
+	return &kubeClients{auth: cs.Auth, controllers: cs.Controllers, metadata: md}, nil
 }
 
 // kubeStack runs the ca/kube Controller for the CA.

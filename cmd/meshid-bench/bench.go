@@ -67,6 +67,8 @@ type benchCAFlags struct {
 	caKeyType                    string
 	boundDuration                time.Duration
 	caPID                        int
+	kubeconfig                   string
+	freshTokens                  int
 }
 
 func newBenchCACmd() *cobra.Command {
@@ -119,6 +121,8 @@ Latency percentiles cover successful requests.`,
 	fl.DurationVar(&f.boundDuration, "crypto-bound-duration", cryptobound.DefaultDuration, "how long --crypto-bound measures")
 	fl.StringVar(&f.caKeyType, "ca-key-type", "", "CA key type for --crypto-bound (default: the key type of the --ca-root certificate)")
 	fl.IntVar(&f.caPID, "ca-pid", 0, "the CA's `pid` on this machine: report its CPU time per certificate (and, with --crypto-bound, the bound's share of it)")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "with --fresh-tokens: kubeconfig `file` of a user who may create pods and tokens in --namespace and read the API server's /metrics")
+	fl.IntVar(&f.freshTokens, "fresh-tokens", 0, "before the clock starts, create `N` pods (spec.nodeName set) in --namespace and mint one pod-bound token each (TokenRequest); then send one CSR per token and report the API server's requests during the run (apiserver_request_total by resource)")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines on standard error")
 	return cmd
@@ -129,6 +133,9 @@ type benchCAResult struct {
 	Addr        string           `json:"addr"`
 	CryptoBound *benchBound      `json:"crypto_bound,omitempty"`
 	Runs        []*caload.Report `json:"runs"`
+	// APIServerRequests are the API server's requests during a
+	// --fresh-tokens run, by resource ("" for non-resource URLs).
+	APIServerRequests map[string]float64 `json:"apiserver_requests,omitempty"`
 }
 
 // benchBound is the in-process raw crypto bound and the best run's share of it.
@@ -175,7 +182,17 @@ func runBenchCA(cmd *cobra.Command, f *benchCAFlags) error {
 		return fmt.Errorf("bench ca: --trust-domain: %w", err)
 	}
 	runFor := time.Duration(len(levels)) * f.duration
-	ids, caRoot, err := benchIdentities(f, td, time.Hour+2*runFor)
+	var (
+		ids    []caload.Identity
+		caRoot string
+		fresh  *freshRun
+	)
+	if f.freshTokens > 0 {
+		ids, fresh, err = prepareFresh(cmd.Context(), f, td, cmd.ErrOrStderr())
+		caRoot = f.caRoot
+	} else {
+		ids, caRoot, err = benchIdentities(f, td, time.Hour+2*runFor)
+	}
 	if err != nil {
 		return err
 	}
@@ -233,9 +250,20 @@ func runBenchCA(cmd *cobra.Command, f *benchCAFlags) error {
 			return err
 		}
 	}
+	if fresh != nil {
+		if err := fresh.start(ctx); err != nil {
+			return fmt.Errorf("bench ca: %w", err)
+		}
+	}
 	reports, runErr := l.Sweep(ctx, levels)
 	if len(reports) == 0 && runErr != nil {
 		return fmt.Errorf("bench ca: %w", runErr)
+	}
+	var apiRequests map[string]float64
+	if fresh != nil {
+		if apiRequests, err = fresh.finish(ctx); err != nil {
+			return fmt.Errorf("bench ca: %w", err)
+		}
 	}
 	if bound != nil {
 		for _, r := range reports {
@@ -249,9 +277,12 @@ func runBenchCA(cmd *cobra.Command, f *benchCAFlags) error {
 	}
 	out := cmd.OutOrStdout()
 	if f.output == "json" {
-		err = writeJSON(out, benchCAResult{Addr: f.addr, CryptoBound: bound, Runs: reports})
+		err = writeJSON(out, benchCAResult{Addr: f.addr, CryptoBound: bound, Runs: reports, APIServerRequests: apiRequests})
 	} else {
 		err = caload.WriteTable(out, reports)
+		if err == nil && fresh != nil {
+			_, err = fmt.Fprintf(out, "API server requests during the run: %s\n", formatRequests(apiRequests, f.requests))
+		}
 		if err == nil && bound != nil {
 			_, err = fmt.Fprintf(out, "in-process crypto bound: %.1f certs/s (%s CSR check + %s CA signature, %d CPUs); best run: %.1f%% of it\n",
 				bound.CertsPerSecond, bound.LeafKeyType, bound.CAKeyType, bound.Workers, 100*bound.BestRatio)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	kubeclient "github.com/meshid/meshid/ca/kube/client"
@@ -50,6 +51,7 @@ type serverFlags struct {
 	capTTLToToken       bool
 	maxTokenLifetime    time.Duration
 	tokenReviewIssuers  []string
+	tokenVerification   string
 	maxConnections      int
 	maxConnectionsPerIP int
 	firstRequestTimeout time.Duration
@@ -93,6 +95,7 @@ func (f *serverFlags) registerHardening(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.capTTLToToken, "cap-ttl-to-token", false, "never sign a token-proved leaf past the token's expiry (off, as Istio; see SECURITY.md)")
 	fs.DurationVar(&f.maxTokenLifetime, "max-token-lifetime", authn.DefaultMaxTokenLifetime, "longest accepted offline JWT lifetime past its iat (negative = no bound)")
 	fs.StringSliceVar(&f.tokenReviewIssuers, "tokenreview-issuers", nil, "issuers whose tokens TokenReview judges when --kubeconfig and offline JWT are both set (empty = every token)")
+	fs.StringVar(&f.tokenVerification, "token-verification", string(boundtoken.DefaultMode), "who verifies the cluster's bound service-account tokens: auto (in the CA once the issuer's keys are discovered and the pod and service-account informers synced, TokenReview until then) | local | tokenreview (see SECURITY.md)")
 	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "connections open at once on --listen")
 	fs.IntVar(&f.maxConnectionsPerIP, "max-connections-per-ip", server.DefaultMaxConnectionsPerIP, "connections open at once from one peer IP")
 	fs.DurationVar(&f.firstRequestTimeout, "first-request-timeout", server.DefaultFirstRequestTimeout, "close a connection that has not begun a request by then (TLS handshake included)")
@@ -151,6 +154,9 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 	}
 	if v, ok := lookup("GOGC"); ok && v != "" {
 		cfg.GCPercent = -1 // the runtime applied the operator's GOGC: caserver keeps it
+	}
+	if cfg.TokenVerification, err = boundtoken.ParseMode(f.tokenVerification); err != nil {
+		return caserver.Config{}, fmt.Errorf("--token-verification: %w", err)
 	}
 	if cfg.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
 		return caserver.Config{}, fmt.Errorf("--root-configmap-namespaces: %w", err)

@@ -158,8 +158,8 @@ func deployRBAC(t *testing.T) string {
 	a := newApplier(t, cluster.AdminConfig())
 	var n int
 	for _, m := range loadManifests(t) {
-		if strings.HasPrefix(m.file, nodeModeDir) {
-			continue // node mode's extra RBAC is opt-in (TestNodeModeRBAC)
+		if strings.HasPrefix(m.file, nodeModeDir) || strings.HasPrefix(m.file, localVerificationDir) {
+			continue // opt-in RBAC (TestNodeModeRBAC, TestLocalVerificationRBAC)
 		}
 		switch m.obj.GetKind() {
 		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":

@@ -144,8 +144,17 @@ func (c *Cluster) SignToken(claims map[string]any) (string, error) {
 		return "", fmt.Errorf("harness: %w", err)
 	}
 	sum := sha256Sum(der)
-	opts := (&jose.SignerOptions{}).WithType("JWT").WithHeader(jose.HeaderKey("kid"), base64.RawURLEncoding.EncodeToString(sum[:]))
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: c.pki.saKey}, opts)
+	return SignJWT(jose.SigningKey{Algorithm: jose.ES256, Key: c.pki.saKey}, base64.RawURLEncoding.EncodeToString(sum[:]), claims)
+}
+
+// SignJWT signs claims with key, naming kid in the header unless it is
+// empty: a token of any issuer, or a forgery with a chosen algorithm.
+func SignJWT(key jose.SigningKey, kid string, claims map[string]any) (string, error) {
+	opts := (&jose.SignerOptions{}).WithType("JWT")
+	if kid != "" {
+		opts = opts.WithHeader(jose.HeaderKey("kid"), kid)
+	}
+	signer, err := jose.NewSigner(key, opts)
 	if err != nil {
 		return "", fmt.Errorf("harness: signer: %w", err)
 	}

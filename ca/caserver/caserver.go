@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/cluster"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/nodeauth"
@@ -31,6 +32,7 @@ type Server struct {
 	kube    *kubeStack           // nil without a cluster, or with nothing to do there
 	key     *pkcs11.Key          // nil unless CAKey; closed when Run returns
 	node    *nodeauth.Authorizer // nil unless node mode
+	router  *cluster.Router      // nil without a cluster; reviews tokens by ClusterID
 	monitor *monitor.Server      // nil when disabled
 	caDir   *keystore.DirWatcher // nil unless the CA comes from CADir
 
@@ -55,6 +57,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if s.node, err = s.nodeAuthorizer(); err != nil {
+		return nil, err
+	}
+	if s.router, err = s.clusterRouter(); err != nil {
 		return nil, err
 	}
 	if cfg.MonitoringListen != "" {
@@ -193,8 +198,8 @@ func (s *Server) build(b *keystore.Bundle) error {
 		Logger:              cfg.Logger,
 		Registerer:          cfg.Registerer,
 	}
-	if s.node != nil { // a nil *Authorizer in the interface would not be nil
-		scfg.NodeAuthorizer = s.node
+	if s.node != nil && s.router != nil { // node authorization by the caller's cluster
+		scfg.NodeAuthorizer = s.router
 	}
 	grpcSrv, err := server.New(scfg)
 	if err != nil {
@@ -214,18 +219,8 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 		out []authn.Authenticator
 		jwt *authn.JWT
 	)
-	if s.kc != nil {
-		tr, err := authn.NewTokenReview(authn.TokenReviewConfig{
-			Client:     s.kc.auth,
-			Audiences:  cfg.TokenAudiences,
-			Issuers:    cfg.TokenReviewIssuers,
-			Logger:     cfg.Logger,
-			Registerer: cfg.Registerer,
-		})
-		if err != nil {
-			return nil, nil, err
-		}
-		out = append(out, tr)
+	if s.router != nil { // TokenReview, by the cluster the request names
+		out = append(out, s.router)
 	}
 	if cfg.JWKSFile != "" || cfg.JWTIssuer != "" {
 		j, err := authn.NewJWT(authn.JWTConfig{
@@ -244,8 +239,9 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 		out, jwt = append(out, j), j
 	}
 	cc, err := authn.NewClientCert(authn.ClientCertConfig{
-		TrustDomain: authority.TrustDomain(),
-		Roots:       func() []*x509.Certificate { return authority.Bundle().Roots },
+		TrustDomain:        authority.TrustDomain(),
+		TrustDomainAliases: cfg.TrustDomainAliases,
+		Roots:              func() []*x509.Certificate { return authority.Bundle().Roots },
 		// With a plugged intermediate CA, a client presenting only its leaf
 		// still chains to the roots through the signing CA.
 		Intermediates: func() []*x509.Certificate {
@@ -347,6 +343,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.node != nil {
 		g.Go(func() error { return s.node.Run(ctx) })
+	}
+	if s.router != nil {
+		g.Go(func() error { return s.router.Run(ctx) })
 	}
 	if s.caDir != nil {
 		g.Go(func() error { return s.caDir.Run(ctx) })

@@ -49,6 +49,9 @@ func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertific
 	if err := authn.CheckTokenSize(creds.Token, s.maxToken); err != nil {
 		return nil, nil, err
 	}
+	if creds.ClusterID, err = clusterID(req.GetMetadata()); err != nil {
+		return nil, nil, err
+	}
 	caller, err := s.authn.Authenticate(ctx, creds)
 	if errors.Is(err, authn.ErrNoCredentials) { // a lone authenticator, not a chain
 		err = ca.Wrap(ca.KindUnauthenticated, err, "no credentials: send an \"authorization: Bearer <token>\" header or a client certificate")
@@ -83,8 +86,8 @@ func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertific
 	if err != nil {
 		return nil, caller, err
 	}
-	if cluster := req.GetMetadata().GetFields()["ClusterID"].GetStringValue(); cluster != "" {
-		s.log.Debug("certificate request from cluster", "cluster_id", cluster, "caller", caller.String())
+	if caller.Cluster != "" {
+		s.log.Debug("certificate request from a remote cluster", "cluster_id", caller.Cluster, "caller", caller.String())
 	}
 	return &securityv1alpha1.IstioCertificateResponse{CertChain: s.pem.chain(issued)}, caller, nil
 }
@@ -222,8 +225,8 @@ func (s *Server) logFailure(ctx context.Context, err error, caller *authn.Caller
 	if p, ok := peer.FromContext(ctx); ok {
 		attrs = append(attrs, "peer", p.Addr.String())
 	}
-	if cluster := req.GetMetadata().GetFields()["ClusterID"].GetStringValue(); cluster != "" {
-		attrs = append(attrs, "cluster_id", cluster)
+	if cluster := req.GetMetadata().GetFields()[ClusterIDKey].GetStringValue(); cluster != "" {
+		attrs = append(attrs, "cluster_id", clipInput(cluster))
 	}
 	if imp := req.GetMetadata().GetFields()[ImpersonatedIdentityKey].GetStringValue(); imp != "" {
 		attrs = append(attrs, "impersonated_identity", clipInput(imp))

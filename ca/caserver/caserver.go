@@ -33,6 +33,7 @@ type Server struct {
 	key     *pkcs11.Key          // nil unless CAKey; closed when Run returns
 	node    *nodeauth.Authorizer // nil unless node mode
 	router  *cluster.Router      // nil without a cluster; reviews tokens by ClusterID
+	secrets *cluster.Watcher     // nil unless RemoteSecrets
 	monitor *monitor.Server      // nil when disabled
 	caDir   *keystore.DirWatcher // nil unless the CA comes from CADir
 
@@ -60,6 +61,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if s.router, err = s.clusterRouter(); err != nil {
+		return nil, err
+	}
+	if s.secrets, err = s.remoteSecrets(); err != nil {
 		return nil, err
 	}
 	if cfg.MonitoringListen != "" {
@@ -346,6 +350,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.router != nil {
 		g.Go(func() error { return s.router.Run(ctx) })
+	}
+	if s.secrets != nil {
+		g.Go(func() error { return s.secrets.Run(ctx) })
 	}
 	if s.caDir != nil {
 		g.Go(func() error { return s.caDir.Run(ctx) })

@@ -46,3 +46,22 @@ func (s *Server) clusterRouter() (*cluster.Router, error) {
 	}
 	return cluster.New(rcfg)
 }
+
+// remoteSecrets returns the Watcher of the Istio remote secrets in
+// Namespace, or nil unless RemoteSecrets.
+func (s *Server) remoteSecrets() (*cluster.Watcher, error) {
+	cfg := s.cfg
+	if !cfg.RemoteSecrets {
+		return nil, nil
+	}
+	if s.kc == nil || s.router == nil {
+		return nil, errors.New("caserver: RemoteSecrets needs a Kubernetes client (--kubeconfig or in-cluster config) to watch the remote secrets")
+	}
+	return cluster.NewWatcher(cluster.WatcherConfig{
+		Client:                    s.kc.controllers,
+		Namespace:                 cfg.Namespace,
+		Router:                    s.router,
+		InsecureKubeconfigOptions: cfg.InsecureKubeconfigOptions,
+		Logger:                    cfg.Logger,
+	})
+}

@@ -86,10 +86,11 @@ func (r *Router) probe(rem *remote) {
 		state = StateUnreachable
 		r.log.Warn("remote cluster unreachable", "cluster", rem.id, "error", err)
 	}
+	// Under the lock, so that a removal cannot come between the check
+	// and the gauge (which would bring a removed cluster's series back).
 	r.mu.RLock()
-	current := r.entries[rem.id]
-	r.mu.RUnlock()
-	if current != nil && current.rem == rem {
+	defer r.mu.RUnlock()
+	if current := r.entries[rem.id]; current != nil && current.rem == rem {
 		r.metrics.setState(rem.id, state)
 	}
 }

@@ -202,8 +202,11 @@ func (r *Router) Authenticate(ctx context.Context, creds authn.Credentials) (*au
 		return nil, authn.FinalForToken(err)
 	}
 	c, err := rem.reviewer.Authenticate(ctx, creds)
-	r.metrics.observe(id, r.cfg.Clock.Now().Sub(start), err)
-	r.track(rem, err)
+	if r.track(rem, err) {
+		r.metrics.observe(id, r.cfg.Clock.Now().Sub(start), err)
+	} else { // removed meanwhile: its series are gone and stay gone
+		r.metrics.observe(UnknownLabel, r.cfg.Clock.Now().Sub(start), err)
+	}
 	if err != nil {
 		return nil, err // TokenReview's errors are final for the token
 	}
@@ -220,18 +223,21 @@ func (r *Router) unknown(id string) error {
 	return ca.Errorf(ca.KindUnauthenticated, "cluster: unknown cluster %q: this CA has no remote secret or --remote-kubeconfig for it (local cluster %q)", id, r.cfg.LocalID)
 }
 
-// track updates a remote cluster's state after one of its reviews.
-func (r *Router) track(rem *remote, err error) {
+// track updates a remote cluster's state after one of its reviews, and
+// reports whether rem is still the cluster's configuration.
+func (r *Router) track(rem *remote, err error) bool {
 	state := StateReady
 	if ca.KindOf(err) == ca.KindUnavailable {
 		state = StateUnreachable
 	}
 	r.mu.RLock()
+	defer r.mu.RUnlock()
 	current := r.entries[rem.id]
-	r.mu.RUnlock()
-	if current != nil && current.rem == rem {
-		r.metrics.setState(rem.id, state)
+	if current == nil || current.rem != rem {
+		return false
 	}
+	r.metrics.setState(rem.id, state)
+	return true
 }
 
 // Authorize is node authorization by the caller's cluster: the local
@@ -282,9 +288,9 @@ func (r *Router) Set(id string, rc *rest.Config, owner string) error {
 	old := r.entries[id]
 	r.entries[id] = &entry{owner: owner, rem: rem}
 	r.startLocked(rem)
+	r.metrics.setState(id, StateConfigured) // series change with entries, under the lock
 	r.mu.Unlock()
 	old.stop()
-	r.metrics.setState(id, StateConfigured)
 	r.log.Info("remote cluster configured", "cluster", id, "from", owner)
 	go r.probe(rem)
 	return nil
@@ -301,9 +307,9 @@ func (r *Router) Invalidate(id, owner string) error {
 	}
 	old := r.entries[id]
 	r.entries[id] = &entry{owner: owner}
+	r.metrics.setState(id, StateInvalid)
 	r.mu.Unlock()
 	old.stop()
-	r.metrics.setState(id, StateInvalid)
 	return nil
 }
 
@@ -317,9 +323,9 @@ func (r *Router) Remove(id, owner string) {
 		return
 	}
 	delete(r.entries, id)
+	r.metrics.forget(id)
 	r.mu.Unlock()
 	old.stop()
-	r.metrics.forget(id)
 	r.log.Info("remote cluster removed", "cluster", id, "from", owner)
 }
 

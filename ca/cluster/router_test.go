@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -254,5 +256,31 @@ func TestRouterAuthorizeByCluster(t *testing.T) {
 		if err := r.Authorize(context.Background(), c, target); ca.KindOf(err) != ca.KindPermissionDenied {
 			t.Fatalf("caller %+v: %v, want PermissionDenied", c, err)
 		}
+	}
+}
+
+// TestRouterProbeTimeout: a remote API server that never answers is shown
+// unreachable once ProbeTimeout has passed.
+func TestRouterProbeTimeout(t *testing.T) {
+	stop := make(chan struct{})
+	hang := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	t.Cleanup(hang.Close)
+	t.Cleanup(func() { close(stop) }) // runs first: lets Close return
+	r, reg := newRouter(t, cluster.Config{ProbeTimeout: 50 * time.Millisecond})
+	rc := &rest.Config{Host: hang.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	if err := r.Set("b", rc, "test"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(testkit.Guard)
+	for testkit.Metric(t, reg, "meshid_ca_remote_cluster_state", "cluster", "b", "state", cluster.StateUnreachable) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the hanging cluster never shown unreachable")
+		}
+		runtime.Gosched()
 	}
 }

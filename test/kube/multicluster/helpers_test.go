@@ -75,31 +75,38 @@ func (w workload) id() spiffeid.ID {
 // a kubeconfig with its token: what istioctl create-remote-secret does.
 func readerKubeconfig(t *testing.T, c *harness.Cluster) []byte {
 	t.Helper()
+	return kubeconfigFor(t, c, "meshid-reader", rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}})
+}
+
+// kubeconfigFor is readerKubeconfig for service account name allowed
+// rules.
+func kubeconfigFor(t *testing.T, c *harness.Cluster, name string, rules ...rbacv1.PolicyRule) []byte {
+	t.Helper()
 	ctx := context.Background()
-	if err := c.CreateServiceAccount(ctx, caNamespace, "meshid-reader"); err != nil {
+	if err := c.CreateServiceAccount(ctx, caNamespace, name); err != nil {
 		t.Fatal(err)
 	}
 	rbac := c.Client().RbacV1()
 	_, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "meshid-reader"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}}},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules:      rules,
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	_, err = rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "meshid-reader"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "meshid-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: caNamespace, Name: "meshid-reader"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: caNamespace, Name: name}},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	tok, err := c.Token(ctx, harness.TokenSpec{Namespace: caNamespace, ServiceAccount: "meshid-reader", Expiration: 2 * time.Hour})
+	tok, err := c.Token(ctx, harness.TokenSpec{Namespace: caNamespace, ServiceAccount: name, Expiration: 2 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	path, err := c.TokenKubeconfig("meshid-reader", tok)
+	path, err := c.TokenKubeconfig(name, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +166,16 @@ func startCA(t *testing.T, mod func(*caserver.Config)) *ca {
 // sign asks for a certificate of id with token, sending ClusterID=cluster
 // unless cluster is empty, and verifies the answer is an SVID of id.
 func (c *ca) sign(ctx context.Context, token, cluster string, id spiffeid.ID) error {
+	var md map[string]any
+	if cluster != "" {
+		md = map[string]any{"ClusterID": cluster}
+	}
+	return c.request(ctx, token, md, id)
+}
+
+// request asks for a certificate of id with token and metadata md, and
+// verifies the answer is an SVID of id.
+func (c *ca) request(ctx context.Context, token string, md map[string]any, id spiffeid.ID) error {
 	key, err := certs.GenerateKey(certs.ECP256)
 	if err != nil {
 		return err
@@ -171,8 +188,10 @@ func (c *ca) sign(ctx context.Context, token, cluster string, id spiffeid.ID) er
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req := &securityapi.IstioCertificateRequest{Csr: string(certs.EncodeCSR(der)), ValidityDuration: 3600}
-	if cluster != "" {
-		req.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{"ClusterID": structpb.NewStringValue(cluster)}}
+	if md != nil {
+		if req.Metadata, err = structpb.NewStruct(md); err != nil {
+			return err
+		}
 	}
 	resp, err := c.client.CreateCertificate(ctx, req)
 	if err != nil {

@@ -19,6 +19,10 @@ import (
 type Credentials struct {
 	Token            string
 	PeerCertificates []*x509.Certificate
+	// ClusterID is the cluster the caller says its token comes from (the
+	// ClusterID request metadata, Istio's ISTIO_META_CLUSTER_ID); empty
+	// means the CA's own cluster. ca/cluster routes the token by it.
+	ClusterID string
 }
 
 // Caller is a proven workload identity.
@@ -39,6 +43,10 @@ type Caller struct {
 	// with (Method "clientcert"); nil for a token. A leaf issued on its
 	// strength must not outlive it (ca.Request.Renewal).
 	Certificate *x509.Certificate
+	// Cluster is the remote cluster whose API server proved the caller
+	// (ca/cluster); empty for the CA's own cluster. Node authorization
+	// reads that cluster's pods.
+	Cluster string
 }
 
 // Authentication methods, the values of Caller.Method.
@@ -63,8 +71,12 @@ func (c *Caller) ID(td spiffeid.TrustDomain) (spiffeid.ID, error) {
 	return id, nil
 }
 
-// String names the caller for logs: "ns/sa (method)".
+// String names the caller for logs: "ns/sa (method)", or "ns/sa
+// (method, cluster ID)" for a caller of a remote cluster.
 func (c *Caller) String() string {
+	if c.Cluster != "" {
+		return c.Namespace + "/" + c.ServiceAccount + " (" + c.Method + ", cluster " + c.Cluster + ")"
+	}
 	return c.Namespace + "/" + c.ServiceAccount + " (" + c.Method + ")"
 }
 

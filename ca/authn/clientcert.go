@@ -19,6 +19,12 @@ type ClientCertConfig struct {
 	// TrustDomain is the CA's trust domain; a certificate for another
 	// trust domain is rejected. Required.
 	TrustDomain spiffeid.TrustDomain
+	// TrustDomainAliases are other trust domains whose identities this CA
+	// also accepts (--trust-domain-aliases, Istio's trust domain aliases),
+	// for a mesh moving from one trust domain to another: a certificate
+	// of spiffe://<alias>/ns/<ns>/sa/<sa> that verifies against Roots
+	// renews ns/sa, in TrustDomain.
+	TrustDomainAliases []spiffeid.TrustDomain
 	// Roots returns the CA's current root bundle (it changes when the CA
 	// is rotated). Required.
 	Roots func() []*x509.Certificate
@@ -32,6 +38,7 @@ type ClientCertConfig struct {
 // certificate this CA issued to it.
 type ClientCert struct {
 	td            spiffeid.TrustDomain
+	aliases       []spiffeid.TrustDomain
 	roots         func() []*x509.Certificate
 	intermediates func() []*x509.Certificate
 	clock         clock.Clock
@@ -45,7 +52,10 @@ func NewClientCert(cfg ClientCertConfig) (*ClientCert, error) {
 	if cfg.Roots == nil {
 		return nil, errors.New("authn: ClientCertConfig.Roots is required")
 	}
-	return &ClientCert{td: cfg.TrustDomain, roots: cfg.Roots, intermediates: cfg.Intermediates, clock: clock.OrReal(cfg.Clock)}, nil
+	if slices.ContainsFunc(cfg.TrustDomainAliases, spiffeid.TrustDomain.IsZero) {
+		return nil, errors.New("authn: empty trust domain alias")
+	}
+	return &ClientCert{td: cfg.TrustDomain, aliases: slices.Clone(cfg.TrustDomainAliases), roots: cfg.Roots, intermediates: cfg.Intermediates, clock: clock.OrReal(cfg.Clock)}, nil
 }
 
 // Authenticate verifies creds.PeerCertificates as an X509-SVID of this
@@ -63,9 +73,9 @@ func (c *ClientCert) Authenticate(_ context.Context, creds Credentials) (*Caller
 	if c.intermediates != nil {
 		chain = append(slices.Clone(chain), c.intermediates()...)
 	}
-	// An X509-SVID of this trust domain only; other trust domains have no
-	// roots here.
-	id, err := certs.VerifySVID(chain, c.td, c.roots(), c.clock.Now())
+	// An X509-SVID of this trust domain or an alias only; other trust
+	// domains have no roots here.
+	id, err := c.verify(chain)
 	if err != nil {
 		return nil, ca.Wrap(ca.KindUnauthenticated, err, "clientcert: the client certificate does not verify against this CA")
 	}
@@ -74,4 +84,21 @@ func (c *ClientCert) Authenticate(_ context.Context, creds Credentials) (*Caller
 		return nil, ca.Errorf(ca.KindUnauthenticated, "clientcert: the client certificate's SPIFFE ID is not of the form spiffe://%s/ns/<namespace>/sa/<service-account>", c.td)
 	}
 	return &Caller{Namespace: sa.Namespace, ServiceAccount: sa.Name, Method: MethodClientCert, Expiry: leaf.NotAfter, Certificate: leaf}, nil
+}
+
+// verify verifies chain as an X509-SVID of the trust domain, or else of
+// one of its aliases, against this CA's roots.
+func (c *ClientCert) verify(chain []*x509.Certificate) (spiffeid.ID, error) {
+	roots, now := c.roots(), c.clock.Now()
+	id, err := certs.VerifySVID(chain, c.td, roots, now)
+	for _, td := range c.aliases {
+		if err == nil {
+			break
+		}
+		var aliasErr error
+		if id, aliasErr = certs.VerifySVID(chain, td, roots, now); aliasErr == nil {
+			err = nil
+		}
+	}
+	return id, err
 }

@@ -14,8 +14,9 @@ import (
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
-	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
+	"github.com/meshid/meshid/ca/cluster"
+	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/nodeauth"
@@ -34,6 +35,8 @@ type Server struct {
 	kube    *kubeStack           // nil without a cluster, or with nothing to do there
 	key     *pkcs11.Key          // nil unless CAKey; closed when Run returns
 	node    *nodeauth.Authorizer // nil unless node mode
+	router  *cluster.Router      // nil without a cluster; reviews tokens by ClusterID
+	secrets *cluster.Watcher     // nil unless RemoteSecrets
 	monitor *monitor.Server      // nil when disabled
 	caDir   *keystore.DirWatcher // nil unless the CA comes from CADir
 
@@ -59,6 +62,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if s.node, err = s.nodeAuthorizer(); err != nil {
+		return nil, err
+	}
+	if s.router, err = s.clusterRouter(); err != nil {
+		return nil, err
+	}
+	if s.secrets, err = s.remoteSecrets(); err != nil {
 		return nil, err
 	}
 	if cfg.MonitoringListen != "" {
@@ -218,8 +227,8 @@ func (s *Server) build(b *keystore.Bundle) error {
 		Logger:              cfg.Logger,
 		Registerer:          cfg.Registerer,
 	}
-	if s.node != nil { // a nil *Authorizer in the interface would not be nil
-		scfg.NodeAuthorizer = s.node
+	if s.node != nil && s.router != nil { // node authorization by the caller's cluster
+		scfg.NodeAuthorizer = s.router
 	}
 	grpcSrv, err := server.New(scfg)
 	if err != nil {
@@ -239,17 +248,7 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 		out []authn.Authenticator
 		jwt *authn.JWT
 	)
-	if s.kc != nil {
-		tr, err := authn.NewTokenReview(authn.TokenReviewConfig{
-			Client:     s.kc.auth,
-			Audiences:  cfg.TokenAudiences,
-			Issuers:    cfg.TokenReviewIssuers,
-			Logger:     cfg.Logger,
-			Registerer: cfg.Registerer,
-		})
-		if err != nil {
-			return nil, nil, err
-		}
+	if s.kc != nil { // the cluster's own bound tokens, verified here first
 		v, err := s.boundTokenVerifier()
 		if err != nil {
 			return nil, nil, err
@@ -257,7 +256,10 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 		s.mu.Lock()
 		s.bound = v
 		s.mu.Unlock()
-		out = append(prepend(v, out), tr)
+		out = prepend(v, cfg.ClusterID, out)
+	}
+	if s.router != nil { // TokenReview, by the cluster the request names
+		out = append(out, s.router)
 	}
 	if cfg.JWKSFile != "" || cfg.JWTIssuer != "" {
 		j, err := authn.NewJWT(authn.JWTConfig{
@@ -276,8 +278,9 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 		out, jwt = append(out, j), j
 	}
 	cc, err := authn.NewClientCert(authn.ClientCertConfig{
-		TrustDomain: authority.TrustDomain(),
-		Roots:       func() []*x509.Certificate { return authority.Bundle().Roots },
+		TrustDomain:        authority.TrustDomain(),
+		TrustDomainAliases: cfg.TrustDomainAliases,
+		Roots:              func() []*x509.Certificate { return authority.Bundle().Roots },
 		// With a plugged intermediate CA, a client presenting only its leaf
 		// still chains to the roots through the signing CA.
 		Intermediates: func() []*x509.Certificate {
@@ -380,6 +383,12 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.node != nil {
 		g.Go(func() error { return s.node.Run(ctx) })
+	}
+	if s.router != nil {
+		g.Go(func() error { return s.router.Run(ctx) })
+	}
+	if s.secrets != nil {
+		g.Go(func() error { return s.secrets.Run(ctx) })
 	}
 	if s.caDir != nil {
 		g.Go(func() error { return s.caDir.Run(ctx) })

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
+	"github.com/meshid/meshid/ca/cluster"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/certs"
@@ -151,6 +152,28 @@ type Config struct {
 	// ca/nodeauth's node authorization). Empty: node mode off, every
 	// impersonation refused. It needs a Kubernetes client to see pods.
 	TrustedNodeAccounts []identity.ServiceAccount
+	// ClusterID names the CA's own cluster (--cluster-id, Istio's
+	// CLUSTER_ID): a request whose ClusterID metadata is empty or this is
+	// reviewed by the local API server. Default cluster.DefaultLocalID.
+	ClusterID string
+	// RemoteKubeconfigs are remote clusters from files
+	// (--remote-kubeconfig ID=PATH): cluster ID to kubeconfig path. A
+	// request naming one is reviewed by that cluster's API server.
+	RemoteKubeconfigs map[string]string
+	// RemoteSecrets watches Istio remote secrets in Namespace (label
+	// istio/multiCluster=true, each data key a cluster ID, its value a
+	// kubeconfig) and adds, replaces and removes remote clusters as they
+	// change. It needs a Kubernetes client allowed to list and watch
+	// Secrets in Namespace.
+	RemoteSecrets bool
+	// InsecureKubeconfigOptions allows what remote secrets' kubeconfigs
+	// may otherwise not use (cluster.Option...: exec, tokenFile,
+	// clientCertificate, clientKey, certificateAuthority, or an auth
+	// provider's name). Empty: none.
+	InsecureKubeconfigOptions []string
+	// TrustDomainAliases are trust domains whose identities this CA also
+	// accepts in client-certificate renewals (--trust-domain-aliases).
+	TrustDomainAliases []spiffeid.TrustDomain
 	// ExtraAuthenticators are tried after the configured ones (dev, tests).
 	ExtraAuthenticators []authn.Authenticator
 
@@ -211,6 +234,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	if _, err := boundtoken.ParseMode(string(cfg.TokenVerification)); err != nil {
 		return cfg, fmt.Errorf("caserver: %w", err)
 	}
+	cfg.ClusterID = cmp.Or(cfg.ClusterID, cluster.DefaultLocalID)
 	if cfg.KubeQPS < 0 || cfg.KubeBurst < 0 || cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0 || cfg.FirstRequestTimeout < 0 {
 		return cfg, errors.New("caserver: negative Kubernetes rate limit or connection limit")
 	}

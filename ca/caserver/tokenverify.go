@@ -1,6 +1,8 @@
 package caserver
 
 import (
+	"context"
+
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
 )
@@ -30,10 +32,26 @@ func (s *Server) boundTokenVerifier() (*boundtoken.Verifier, error) {
 	})
 }
 
-// prepend puts v first, when there is one.
-func prepend(v *boundtoken.Verifier, auths []authn.Authenticator) []authn.Authenticator {
+// prepend puts v first, when there is one. v only judges requests for the
+// local cluster (no ClusterID, or local): a token sent for another cluster
+// goes on to the cluster router, whose verdict for that cluster is final, so
+// a local token presented as another cluster's is never accepted here.
+func prepend(v *boundtoken.Verifier, local string, auths []authn.Authenticator) []authn.Authenticator {
 	if v == nil {
 		return auths
 	}
-	return append([]authn.Authenticator{v}, auths...)
+	return append([]authn.Authenticator{localOnly{v, local}}, auths...)
+}
+
+// localOnly is the local verifier limited to the local cluster's requests.
+type localOnly struct {
+	v     *boundtoken.Verifier
+	local string
+}
+
+func (l localOnly) Authenticate(ctx context.Context, creds authn.Credentials) (*authn.Caller, error) {
+	if creds.ClusterID != "" && creds.ClusterID != l.local {
+		return nil, authn.ErrNoCredentials
+	}
+	return l.v.Authenticate(ctx, creds)
 }

@@ -45,7 +45,11 @@ func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertific
 	if err != nil {
 		return nil, nil, err
 	}
-	caller, id, err := s.authenticate(ctx)
+	cluster, err := clusterID(req.GetMetadata())
+	if err != nil {
+		return nil, nil, err
+	}
+	caller, id, err := s.authenticate(ctx, cluster)
 	if err != nil {
 		return nil, caller, err
 	}
@@ -68,8 +72,8 @@ func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertific
 	if err != nil {
 		return nil, caller, err
 	}
-	if cluster := req.GetMetadata().GetFields()["ClusterID"].GetStringValue(); cluster != "" {
-		s.log.Debug("certificate request from cluster", "cluster_id", cluster, "caller", caller.String())
+	if caller.Cluster != "" {
+		s.log.Debug("certificate request from a remote cluster", "cluster_id", caller.Cluster, "caller", caller.String())
 	}
 	return &securityv1alpha1.IstioCertificateResponse{CertChain: s.pem.chain(issued)}, caller, nil
 }
@@ -78,8 +82,9 @@ func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertific
 // certificate, through the authn chain) and applies its rate limit: the
 // one authentication of every CA method. It returns the caller (nil when
 // not authenticated) and the SPIFFE ID it proved.
-func (s *Server) authenticate(ctx context.Context) (*authn.Caller, spiffeid.ID, error) {
+func (s *Server) authenticate(ctx context.Context, cluster string) (*authn.Caller, spiffeid.ID, error) {
 	creds := credentialsFrom(ctx)
+	creds.ClusterID = cluster
 	if err := authn.CheckTokenSize(creds.Token, s.maxToken); err != nil {
 		return nil, spiffeid.ID{}, err
 	}
@@ -234,8 +239,8 @@ func (s *Server) logFailure(ctx context.Context, err error, caller *authn.Caller
 	if p, ok := peer.FromContext(ctx); ok {
 		attrs = append(attrs, "peer", p.Addr.String())
 	}
-	if cluster := req.GetMetadata().GetFields()["ClusterID"].GetStringValue(); cluster != "" {
-		attrs = append(attrs, "cluster_id", cluster)
+	if cluster := req.GetMetadata().GetFields()[ClusterIDKey].GetStringValue(); cluster != "" {
+		attrs = append(attrs, "cluster_id", clipInput(cluster))
 	}
 	if imp := req.GetMetadata().GetFields()[ImpersonatedIdentityKey].GetStringValue(); imp != "" {
 		attrs = append(attrs, "impersonated_identity", clipInput(imp))

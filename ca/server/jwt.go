@@ -55,7 +55,7 @@ func (j jwtService) mint(ctx context.Context, req *workloadpb.JWTSVIDRequest) (*
 	if err := j.issuer.CheckAudience(req.GetAudience()); err != nil {
 		return nil, err
 	}
-	caller, id, err := j.s.authenticate(ctx)
+	caller, id, err := j.s.authenticate(ctx, "") // the local cluster: JWT requests name none
 	if err != nil {
 		return nil, err
 	}

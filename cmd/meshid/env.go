@@ -18,6 +18,7 @@ var serverEnv = []cli.EnvPair{
 	{Flag: "namespace", Env: "POD_NAMESPACE"},
 	{Flag: "pod-name", Env: "POD_NAME"},
 	{Flag: "trusted-node-accounts", Env: "CA_TRUSTED_NODE_ACCOUNTS"},
+	{Flag: "cluster-id", Env: "CLUSTER_ID"},
 }
 
 // serverEnvDefaults applies serverEnv from lookup to the flags not set.

@@ -76,6 +76,7 @@ func TestServerEnv(t *testing.T) {
 		{"TRUST_DOMAIN", "example.org", func(c caserver.Config) bool { return c.TrustDomain.Name() == "example.org" }},
 		{"POD_NAMESPACE", "mesh-ca", func(c caserver.Config) bool { return c.Namespace == "mesh-ca" }},
 		{"POD_NAME", "meshid-0", func(c caserver.Config) bool { return c.PodName == "meshid-0" }},
+		{"CLUSTER_ID", "east", func(c caserver.Config) bool { return c.ClusterID == "east" }},
 		{"CA_TRUSTED_NODE_ACCOUNTS", "istio-system/ztunnel,kube-system/node-agent", func(c caserver.Config) bool {
 			return len(c.TrustedNodeAccounts) == 2 && c.TrustedNodeAccounts[0].String() == "istio-system/ztunnel" && c.TrustedNodeAccounts[1].Name == "node-agent"
 		}},

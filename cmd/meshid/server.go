@@ -61,6 +61,7 @@ type serverFlags struct {
 	publishRootCM       bool
 	rootCMNamespaces    string
 	trustedNodeAccounts string
+	cluster             clusterFlags
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
@@ -85,6 +86,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.namespace, "namespace", caserver.DefaultNamespace, "the CA's own namespace (env POD_NAMESPACE)")
 	fs.StringVar(&f.podName, "pod-name", "", "this replica's identity for leader election (env POD_NAME; default the hostname)")
 	f.registerHardening(fs)
+	f.cluster.register(fs)
 }
 
 // registerHardening adds the flags of the limits in SECURITY.md, the CA key
@@ -164,6 +166,9 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 	if cfg.TrustedNodeAccounts, err = nodeauth.ParseTrustedAccounts(f.trustedNodeAccounts); err != nil {
 		return caserver.Config{}, fmt.Errorf("--trusted-node-accounts: %w", err)
 	}
+	if err := f.cluster.apply(&cfg); err != nil {
+		return caserver.Config{}, err
+	}
 	if f.caKey != "" {
 		if cfg.CAKey, err = pkcs11.ParseURI(f.caKey); err != nil {
 			return caserver.Config{}, fmt.Errorf("--ca-key: %w", err)
@@ -199,7 +204,7 @@ identity the caller proved.
 
 Environment fallbacks (istiod names): DEFAULT_WORKLOAD_CERT_TTL,
 MAX_WORKLOAD_CERT_TTL, TOKEN_AUDIENCES, ROOT_CA_DIR, TRUST_DOMAIN,
-POD_NAMESPACE, POD_NAME, CA_TRUSTED_NODE_ACCOUNTS.`,
+POD_NAMESPACE, POD_NAME, CA_TRUSTED_NODE_ACCOUNTS, CLUSTER_ID.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := serverConfig(cmd.Flags(), f, cli.Env)

@@ -1,0 +1,83 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+	securityv1alpha1 "istio.io/api/security/v1alpha1"
+
+	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
+)
+
+// clusterRecorder records the ClusterID the handler put on the
+// credentials, then hands them to next.
+type clusterRecorder struct {
+	countingAuth
+	got []string
+}
+
+func (c *clusterRecorder) Authenticate(ctx context.Context, creds authn.Credentials) (*authn.Caller, error) {
+	c.got = append(c.got, creds.ClusterID)
+	return c.countingAuth.Authenticate(ctx, creds)
+}
+
+// TestClusterIDMetadata: the ClusterID metadata reaches the authenticators
+// as Credentials.ClusterID; one that is not a string or not a cluster ID
+// (odd characters, too long, 1 MB) is refused before authentication.
+func TestClusterIDMetadata(t *testing.T) {
+	rec := &clusterRecorder{}
+	e := newEnv(t, envOpts{auths: func(e *env) []authn.Authenticator {
+		rec.next = e.srvAuth(t)
+		return []authn.Authenticator{rec}
+	}})
+	c := e.client(t, "localhost", nil)
+	csr := csrFor(t, testkit.Key(t, certs.ECP256), sid("shop", "cart"), nil)
+	ctx := withToken(context.Background(), e.token(t, "shop", "cart"))
+	call := func(v *structpb.Value) error {
+		var md *structpb.Struct
+		if v != nil {
+			md = &structpb.Struct{Fields: map[string]*structpb.Value{"ClusterID": v}}
+		}
+		_, err := c.CreateCertificate(ctx, &securityv1alpha1.IstioCertificateRequest{Csr: csr, Metadata: md})
+		return err
+	}
+	for _, id := range []string{"", "east-1"} {
+		if err := call(structpb.NewStringValue(id)); err != nil {
+			t.Fatalf("ClusterID %q: %v", id, err)
+		}
+	}
+	if err := call(nil); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(rec.got, ",") != ",east-1," {
+		t.Fatalf("authenticators saw ClusterIDs %q", rec.got)
+	}
+	calls := rec.calls.Load()
+	for name, v := range map[string]*structpb.Value{
+		"number":     structpb.NewNumberValue(1),
+		"slash":      structpb.NewStringValue("../../etc"),
+		"newline":    structpb.NewStringValue("a\nlevel=ERROR msg=forged"),
+		"unicode":    structpb.NewStringValue("clüster"),
+		"254 bytes":  structpb.NewStringValue(strings.Repeat("a", 254)),
+		"200 KB":     structpb.NewStringValue(strings.Repeat("a", 200<<10)),
+		"NUL inside": structpb.NewStringValue("a\x00b"),
+	} {
+		err := call(v)
+		if status.Code(err) != codes.InvalidArgument || len(err.Error()) > 400 {
+			t.Errorf("%s: %v (%d bytes), want a short InvalidArgument", name, status.Code(err), len(err.Error()))
+		}
+	}
+	// 1 MB exceeds the request size limit: refused by gRPC itself.
+	if err := call(structpb.NewStringValue(strings.Repeat("a", 1<<20))); status.Code(err) == codes.OK {
+		t.Fatal("1 MB ClusterID accepted")
+	}
+	if n := rec.calls.Load(); n != calls {
+		t.Fatalf("%d bad ClusterIDs reached authentication", n-calls)
+	}
+}

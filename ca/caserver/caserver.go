@@ -16,6 +16,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/nodeauth"
+	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/internal/buildinfo"
 	"github.com/meshid/meshid/internal/monitor"
@@ -36,6 +37,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	authority *ca.Authority
+	rotation  *rotation.Rotation // every new CA goes through it
 	grpc      *server.Server
 	jwt       *authn.JWT // nil without offline JWT; Run refreshes its keys
 }
@@ -80,8 +82,15 @@ func New(cfg Config) (*Server, error) {
 		return s, err
 	}
 	b, err := s.loadBundle()
+	var next *keystore.Bundle // a self-signed root prepared before a restart
+	if err == nil && s.selfSigned() {
+		b, next, err = loadNext(cfg, b)
+	}
 	if err == nil {
 		err = s.build(b)
+	}
+	if err == nil {
+		s.rotation, err = s.newRotation(b, next)
 	}
 	if err == nil {
 		s.caDir, err = s.caDirWatcher()
@@ -272,6 +281,14 @@ func (s *Server) Authority() *ca.Authority {
 	return s.authority
 }
 
+// Rotation returns the CA's rotation; nil while Run waits for the
+// Kubernetes CA Secret.
+func (s *Server) Rotation() *rotation.Rotation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rotation
+}
+
 func (s *Server) grpcServer() *server.Server {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -356,10 +373,20 @@ func (s *Server) Run(ctx context.Context) error {
 		if err == nil {
 			err = s.build(b)
 		}
+		var r *rotation.Rotation
+		if err == nil {
+			r, err = s.newRotation(b, nil)
+		}
 		if err != nil {
 			return fail(err)
 		}
-		s.kube.attach(s.Authority())
+		s.mu.Lock()
+		s.rotation = r
+		s.mu.Unlock()
+		s.kube.attach(r)
+	}
+	if r := s.Rotation(); r != nil {
+		g.Go(func() error { return r.Run(ctx) })
 	}
 	grpcSrv := s.grpcServer()
 	if err := grpcSrv.Listen(); err != nil {

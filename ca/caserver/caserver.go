@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
@@ -34,6 +35,7 @@ type Server struct {
 	node    *nodeauth.Authorizer // nil unless node mode
 	monitor *monitor.Server      // nil when disabled
 	caDir   *keystore.DirWatcher // nil unless the CA comes from CADir
+	admin   *admin.Server        // nil without AdminSocket
 
 	mu        sync.Mutex
 	authority *ca.Authority
@@ -67,6 +69,12 @@ func New(cfg Config) (*Server, error) {
 			Handlers: pprofHandlers(cfg.Pprof),
 			Logger:   cfg.Logger,
 		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.AdminSocket != "" {
+		s.admin, err = admin.New(admin.Config{Socket: cfg.AdminSocket, Rotation: s.Rotation, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -367,6 +375,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.caDir != nil {
 		g.Go(func() error { return s.caDir.Run(ctx) })
+	}
+	if s.admin != nil {
+		g.Go(func() error { return s.admin.Run(ctx) })
 	}
 	if s.kube != nil && s.cfg.KubeCASecret {
 		b, err := s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)

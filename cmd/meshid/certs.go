@@ -59,6 +59,7 @@ into Istio's cacerts secret. See also certs/Makefile.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newCertsRootCmd(), newCertsIntermediateCmd())
+	cmd.AddCommand(newRotationCmds()...)
 	return cmd
 }
 

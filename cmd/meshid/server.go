@@ -59,6 +59,7 @@ type serverFlags struct {
 	publishRootCM       bool
 	rootCMNamespaces    string
 	trustedNodeAccounts string
+	rotation            rotationFlags
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
@@ -83,6 +84,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.namespace, "namespace", caserver.DefaultNamespace, "the CA's own namespace (env POD_NAMESPACE)")
 	fs.StringVar(&f.podName, "pod-name", "", "this replica's identity for leader election (env POD_NAME; default the hostname)")
 	f.registerHardening(fs)
+	f.rotation.register(fs)
 }
 
 // registerHardening adds the flags of the limits in SECURITY.md, the CA key
@@ -149,6 +151,7 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 		KubeBurst:            f.kubeBurst,
 		DisableRootConfigMap: !f.publishRootCM,
 	}
+	f.rotation.apply(&cfg)
 	if cfg.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
 		return caserver.Config{}, fmt.Errorf("--root-configmap-namespaces: %w", err)
 	}

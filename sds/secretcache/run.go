@@ -32,8 +32,16 @@ func (m *Manager) Run(ctx context.Context) error {
 		defer close(done)
 		m.runFiles(ctx)
 	}()
+	rootsDone := make(chan struct{})
+	go func() {
+		defer close(rootsDone)
+		if m.rootFile != "" {
+			m.refreshRoots(ctx)
+		}
+	}()
 	m.schedule(ctx)
 	<-done
+	<-rootsDone
 	return nil
 }
 

@@ -273,7 +273,8 @@ func TestCARotationZeroFailedHandshakes(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			st, _ := ac.Status(context.Background())
-			t.Fatalf("rotation did not finish in time: phases seen %v, status %+v; server output:\n%s", seen, st, srv.output())
+			t.Fatalf("rotation did not finish in time: phases seen %v, status %+v; %d of %d handshakes failed (first: %s); server output:\n%s",
+				seen, st, failures, handshakes, firstFailure, srv.output())
 		}
 		<-tick.C
 	}

@@ -25,6 +25,10 @@ const nextDir = "next"
 func (s *Server) newRotation(b, next *keystore.Bundle) (*rotation.Rotation, error) {
 	cfg := s.cfg
 	t := &rotationTarget{authority: s.authority, log: s.log}
+	if cfg.KubeCASecret && s.kube != nil {
+		t.publish = s.kube.ctrl.PublishRoots
+		t.publish(b.Roots)
+	}
 	rcfg := rotation.Config{
 		Current:               b,
 		Target:                t,
@@ -118,6 +122,10 @@ type rotationTarget struct {
 	authority *ca.Authority
 	stateDir  string
 	log       *slog.Logger
+	// publish, when set, publishes the trust bundle (the root ConfigMap
+	// of a CA kept in a Kubernetes Secret, which otherwise carries the
+	// Secret's roots only).
+	publish func([]*x509.Certificate)
 }
 
 // SetBundle switches the authority; a state directory that cannot follow
@@ -125,6 +133,9 @@ type rotationTarget struct {
 func (t *rotationTarget) SetBundle(b *keystore.Bundle) error {
 	if err := t.authority.SetBundle(b); err != nil {
 		return err
+	}
+	if t.publish != nil {
+		t.publish(b.Roots)
 	}
 	if t.stateDir == "" {
 		return nil

@@ -311,3 +311,11 @@ func TestSelfSignedRootRotationStateDir(t *testing.T) {
 		t.Fatal("after a restart the CA does not sign with the activated root")
 	}
 }
+
+// A root rotation threshold as long as a root's life would rotate without end.
+func TestRootRotationThresholdBounded(t *testing.T) {
+	_, err := caserver.New(caserver.Config{StateDir: t.TempDir(), RootRotationThreshold: keystore.DefaultRootTTL})
+	if err == nil || !strings.Contains(err.Error(), "root rotation threshold") {
+		t.Fatalf("New: %v", err)
+	}
+}

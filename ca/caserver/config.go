@@ -176,6 +176,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.DefaultTTL < 0 || cfg.MaxTTL < 0 || cfg.ServingTTL < 0 || cfg.RotationPropagation < 0 {
 		return cfg, errors.New("caserver: negative TTL")
 	}
+	if cfg.RootRotationThreshold >= keystore.DefaultRootTTL {
+		// Every new root would be due at once: rotations without end.
+		return cfg, fmt.Errorf("caserver: root rotation threshold %v is not shorter than the root's lifetime %v", cfg.RootRotationThreshold, keystore.DefaultRootTTL)
+	}
 	if cfg.RateLimit < 0 || cfg.RateBurst < 0 {
 		return cfg, errors.New("caserver: negative rate limit")
 	}

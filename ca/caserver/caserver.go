@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/cluster"
@@ -20,6 +21,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/nodeauth"
+	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/internal/buildinfo"
 	"github.com/meshid/meshid/internal/monitor"
@@ -39,9 +41,11 @@ type Server struct {
 	secrets *cluster.Watcher     // nil unless RemoteSecrets
 	monitor *monitor.Server      // nil when disabled
 	caDir   *keystore.DirWatcher // nil unless the CA comes from CADir
+	admin   *admin.Server        // nil without AdminSocket
 
 	mu        sync.Mutex
 	authority *ca.Authority
+	rotation  *rotation.Rotation // every new CA goes through it
 	grpc      *server.Server
 	jwt       *authn.JWT           // nil without offline JWT; Run refreshes its keys
 	bound     *boundtoken.Verifier // nil unless local token verification; Run runs it
@@ -82,6 +86,12 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	if cfg.AdminSocket != "" {
+		s.admin, err = admin.New(admin.Config{Socket: cfg.AdminSocket, Rotation: s.Rotation, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+	}
 	if cfg.KubeCASecret {
 		if s.kc == nil {
 			return nil, errors.New("caserver: KubeCASecret needs a Kubernetes client (--kubeconfig or in-cluster config)")
@@ -93,8 +103,15 @@ func New(cfg Config) (*Server, error) {
 		return s, err
 	}
 	b, err := s.loadBundle()
+	var next *keystore.Bundle // a self-signed root prepared before a restart
+	if err == nil && s.selfSigned() {
+		b, next, err = loadNext(cfg, b)
+	}
 	if err == nil {
 		err = s.build(b)
+	}
+	if err == nil {
+		s.rotation, err = s.newRotation(b, next)
 	}
 	if err == nil {
 		s.caDir, err = s.caDirWatcher()
@@ -307,6 +324,14 @@ func (s *Server) Authority() *ca.Authority {
 	return s.authority
 }
 
+// Rotation returns the CA's rotation; nil while Run waits for the
+// Kubernetes CA Secret.
+func (s *Server) Rotation() *rotation.Rotation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rotation
+}
+
 func (s *Server) grpcServer() *server.Server {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -393,15 +418,28 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.caDir != nil {
 		g.Go(func() error { return s.caDir.Run(ctx) })
 	}
+	if s.admin != nil {
+		g.Go(func() error { return s.admin.Run(ctx) })
+	}
 	if s.kube != nil && s.cfg.KubeCASecret {
 		b, err := s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)
 		if err == nil {
 			err = s.build(b)
 		}
+		var r *rotation.Rotation
+		if err == nil {
+			r, err = s.newRotation(b, nil)
+		}
 		if err != nil {
 			return fail(err)
 		}
-		s.kube.attach(s.Authority())
+		s.mu.Lock()
+		s.rotation = r
+		s.mu.Unlock()
+		s.kube.attach(r)
+	}
+	if r := s.Rotation(); r != nil {
+		g.Go(func() error { return r.Run(ctx) })
 	}
 	grpcSrv := s.grpcServer()
 	if err := grpcSrv.Listen(); err != nil {

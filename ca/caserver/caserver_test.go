@@ -3,6 +3,7 @@ package caserver_test
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"log/slog"
 	"net"
 	"net/http"
@@ -222,6 +223,14 @@ func TestCADirFollowsChanges(t *testing.T) {
 	}
 	writeCA(dir, files)
 	logs.WaitFor(t, "CA directory reloaded", 1)
+	// A new root is prepared first (issue 13): trusted at once, signing
+	// only once activated.
+	if b := s.Authority().Bundle(); !b.Cert.Equal(first.Cert) || len(b.Roots) != 2 || !b.Roots[1].Equal(second.Cert) {
+		t.Fatalf("after the directory changed: signing %q with %d roots, want the first CA with both roots", b.Cert.Subject, len(b.Roots))
+	}
+	if err := s.Rotation().Activate(); err != nil {
+		t.Fatal(err)
+	}
 	if !s.Authority().Bundle().Cert.Equal(second.Cert) {
 		t.Fatal("the CA did not follow the directory")
 	}
@@ -243,5 +252,65 @@ func TestBuildInfoGauge(t *testing.T) {
 	}
 	if v := testkit.Metric(t, reg, "meshid_build_info", "goversion", runtime.Version()); v != 1 {
 		t.Fatalf("meshid_build_info = %v", v)
+	}
+}
+
+// The self-signed root rotates through the state directory: a new root
+// waits in next/ while root-cert.pem holds both roots; once activated it
+// replaces the old one, and a restart signs with it.
+func TestSelfSignedRootRotationStateDir(t *testing.T) {
+	dir := t.TempDir()
+	cfg := caserver.Config{StateDir: dir, Registerer: prometheus.NewRegistry()}
+	s, err := caserver.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := s.Authority().Bundle().Cert
+	if err := s.Rotation().RotateRoot(); err != nil {
+		t.Fatal(err)
+	}
+	readRoots := func() []*x509.Certificate {
+		t.Helper()
+		data, err := os.ReadFile(filepath.Join(dir, keystore.RootCertFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := certs.ParseCertificates(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	if roots := readRoots(); len(roots) != 2 || !roots[0].Equal(old) {
+		t.Fatalf("prepared: root-cert.pem holds %d roots, want the old and the new", len(roots))
+	}
+	if st, err := os.Stat(filepath.Join(dir, "next", keystore.CAKeyFile)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("prepared key: %v %v", st, err)
+	}
+	next := s.Rotation().Status().Prepared
+	if err := s.Rotation().Activate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "next")); !os.IsNotExist(err) {
+		t.Fatalf("next/ still there after activation: %v", err)
+	}
+	if roots := readRoots(); len(roots) != 2 {
+		t.Fatalf("active: root-cert.pem holds %d roots, want both until retired", len(roots))
+	}
+	cfg.Registerer = prometheus.NewRegistry()
+	again, err := caserver.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Authority().Bundle().Cert.Equal(next) {
+		t.Fatal("after a restart the CA does not sign with the activated root")
+	}
+}
+
+// A root rotation threshold as long as a root's life would rotate without end.
+func TestRootRotationThresholdBounded(t *testing.T) {
+	_, err := caserver.New(caserver.Config{StateDir: t.TempDir(), RootRotationThreshold: keystore.DefaultRootTTL})
+	if err == nil || !strings.Contains(err.Error(), "root rotation threshold") {
+		t.Fatalf("New: %v", err)
 	}
 }

@@ -68,6 +68,17 @@ type Config struct {
 	// StateDir (whose self-signed root is then made for this key). Not
 	// used with Bundle or KubeCASecret.
 	CAKey *pkcs11.URI
+	// RotationPropagation is how long a new CA with new roots is prepared
+	// (its roots in the bundle, the old CA signing) before it signs; 0
+	// takes ca/rotation's default (10m, twice the agents' root refresh).
+	RotationPropagation time.Duration
+	// RootRotationThreshold prepares a new self-signed root when less than
+	// this is left of the current one; 0 takes ca/rotation's default (1
+	// year), negative turns it off. Only for the self-signed root.
+	RootRotationThreshold time.Duration
+	// AdminSocket, when set, is the Unix socket (mode 0600) of the local
+	// admin API (`meshid certs activate`, `rotate-root`, `inspect --ca`).
+	AdminSocket string
 	// DefaultTTL is the workload certificate TTL when a request asks for
 	// none; MaxTTL the longest allowed.
 	DefaultTTL time.Duration
@@ -216,8 +227,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	cfg.DefaultTTL = cmp.Or(cfg.DefaultTTL, DefaultTTL)
 	cfg.MaxTTL = cmp.Or(cfg.MaxTTL, DefaultMaxTTL)
-	if cfg.DefaultTTL < 0 || cfg.MaxTTL < 0 || cfg.ServingTTL < 0 {
+	if cfg.DefaultTTL < 0 || cfg.MaxTTL < 0 || cfg.ServingTTL < 0 || cfg.RotationPropagation < 0 {
 		return cfg, errors.New("caserver: negative TTL")
+	}
+	if cfg.RootRotationThreshold >= keystore.DefaultRootTTL {
+		// Every new root would be due at once: rotations without end.
+		return cfg, fmt.Errorf("caserver: root rotation threshold %v is not shorter than the root's lifetime %v", cfg.RootRotationThreshold, keystore.DefaultRootTTL)
 	}
 	if cfg.RateLimit < 0 || cfg.RateBurst < 0 {
 		return cfg, errors.New("caserver: negative rate limit")

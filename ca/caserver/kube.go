@@ -10,7 +10,6 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
-	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube"
 	kubeclient "github.com/meshid/meshid/ca/kube/client"
@@ -85,8 +84,8 @@ func (k *kubeStack) waitForBundle(ctx context.Context, log *slog.Logger, namespa
 	return b, nil
 }
 
-// attach feeds every later bundle (Secret rotation) to the authority.
-func (k *kubeStack) attach(a *ca.Authority) { k.ctrl.Bind(a) }
+// attach feeds every later bundle (a changed Secret) to the rotation.
+func (k *kubeStack) attach(r kube.BundleSetter) { k.ctrl.Bind(r) }
 
 func (k *kubeStack) ready() error { return k.ctrl.Ready() }
 

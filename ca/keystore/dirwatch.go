@@ -39,6 +39,10 @@ type BundleTarget interface {
 	SetBundle(*Bundle) error
 }
 
+// refuser is a BundleTarget that wants to know of a directory that could
+// not be loaded (ca/rotation.Rotation: its rotation is then stuck).
+type refuser interface{ Refuse(error) }
+
 // DirWatcherConfig configures a DirWatcher.
 type DirWatcherConfig struct {
 	// Dir is the plugged-in CA directory (LoadDir's layouts), typically a
@@ -195,6 +199,8 @@ func (w *DirWatcher) reload() {
 	}
 	if err == nil {
 		err = w.cfg.Target.SetBundle(b)
+	} else if r, ok := w.cfg.Target.(refuser); ok {
+		r.Refuse(err) // a rotation records that a new CA is stuck
 	}
 	if err != nil {
 		// Errors name the file at fault and never hold key bytes.

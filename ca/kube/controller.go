@@ -3,10 +3,12 @@ package kube
 import (
 	"cmp"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,6 +97,9 @@ type Controller struct {
 	store     *secretstore.Store       // nil unless the Secret mode
 	publisher *rootpublisher.Publisher // nil when disabled
 	elector   *election.Elector        // nil when there is nothing to lead
+	// rotated is set by PublishRoots: from then on a CA rotation, not the
+	// store, says which roots the publisher publishes.
+	rotated atomic.Bool
 }
 
 // New validates cfg and builds the Controller. It starts nothing.
@@ -150,7 +155,11 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if c.store != nil && c.publisher != nil {
 		// The publisher follows the store's roots for the Controller's lifetime.
-		c.store.Subscribe(func(b *keystore.Bundle) { c.publisher.SetRoots(b.Roots) })
+		c.store.Subscribe(func(b *keystore.Bundle) {
+			if !c.rotated.Load() {
+				c.publisher.SetRoots(b.Roots)
+			}
+		})
 	}
 	return c, nil
 }
@@ -305,6 +314,18 @@ func (c *Controller) Bind(s BundleSetter) (cancel func()) {
 				"source", c.store.Source(), "error", err)
 		}
 	})
+}
+
+// PublishRoots makes roots the bundle to publish, from now on instead of
+// the Secret's roots: a CA rotation (ca/rotation) publishes the union of
+// the old and new roots while the Secret holds only the new CA. A no-op
+// without a publisher.
+func (c *Controller) PublishRoots(roots []*x509.Certificate) {
+	if c.publisher == nil {
+		return
+	}
+	c.rotated.Store(true)
+	c.publisher.SetRoots(roots)
 }
 
 // IsLeader reports whether this replica runs the leader-only tasks.

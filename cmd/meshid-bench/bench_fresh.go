@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/bench/caload"
 	"github.com/meshid/meshid/bench/freshtokens"
+	"github.com/meshid/meshid/identity"
 )
 
 // freshRun is a --fresh-tokens run: the pods and tokens minted before the

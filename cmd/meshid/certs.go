@@ -33,6 +33,7 @@ into Istio's cacerts secret. See also certs/Makefile.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newCertsRootCmd(), newCertsIntermediateCmd(), newCertsLeafCmd())
+	cmd.AddCommand(newRotationCmds()...)
 	return cmd
 }
 

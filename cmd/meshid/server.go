@@ -62,6 +62,7 @@ type serverFlags struct {
 	rootCMNamespaces    string
 	trustedNodeAccounts string
 	cluster             clusterFlags
+	rotation            rotationFlags
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
@@ -87,6 +88,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.podName, "pod-name", "", "this replica's identity for leader election (env POD_NAME; default the hostname)")
 	f.registerHardening(fs)
 	f.cluster.register(fs)
+	f.rotation.register(fs)
 }
 
 // registerHardening adds the flags of the limits in SECURITY.md, the CA key
@@ -160,6 +162,7 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 	if cfg.TokenVerification, err = boundtoken.ParseMode(f.tokenVerification); err != nil {
 		return caserver.Config{}, fmt.Errorf("--token-verification: %w", err)
 	}
+	f.rotation.apply(&cfg)
 	if cfg.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
 		return caserver.Config{}, fmt.Errorf("--root-configmap-namespaces: %w", err)
 	}

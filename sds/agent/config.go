@@ -47,6 +47,12 @@ type Config struct {
 	// talks to a CA it can verify.
 	CARoots    []*x509.Certificate
 	CARootFile string
+	// CARootRefresh, when positive, re-reads CARootFile that often and
+	// adds its roots to those of the CA's answers, in ROOTCA and for
+	// verifying the CA (a CA rotation's new root arrives from either). 0:
+	// never re-read (no default applied: cmd sets
+	// secretcache.DefaultRootRefresh, 5m).
+	CARootRefresh time.Duration
 	// TokenFile is the service-account token, re-read for every CA request.
 	TokenFile string
 	// SDSSocket is the Unix socket Envoy SDS is served on.
@@ -151,8 +157,29 @@ func (cfg Config) ManagerConfig(signer secretcache.Signer, id spiffeid.ID) (secr
 		Jitter:     cfg.Jitter,
 		// FileSecretDirs: hole 4 of the security review.
 		FileSecretDirs: cfg.FileSecretDirs,
+		RootFile:       cfg.rootFile(),
+		RootRefresh:    cfg.CARootRefresh,
+		OnRoots:        trustHook(signer),
 		Clock:          cfg.Clock,
 		Logger:         cfg.Logger,
 		Registerer:     cfg.Registerer,
 	}, nil
+}
+
+// rootFile is the root file the Manager re-reads: CARootFile when it
+// verifies the CA and CARootRefresh is on.
+func (cfg Config) rootFile() string {
+	if cfg.CARootRefresh <= 0 || len(cfg.CARoots) > 0 || cfg.Signer != nil {
+		return ""
+	}
+	return cfg.CARootFile
+}
+
+// trustHook is the CA client's SetRoots: it verifies the CA with every new
+// ROOTCA bundle. nil for a signer that has none.
+func trustHook(signer secretcache.Signer) func([]*x509.Certificate) {
+	if s, ok := signer.(interface{ SetRoots([]*x509.Certificate) }); ok {
+		return s.SetRoots
+	}
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -67,6 +66,7 @@ type Config struct {
 
 // Client calls CreateCertificate. It is safe for concurrent use.
 type Client struct {
+	roots     *rootPool // verify the CA; SetRoots replaces them
 	conn      *grpc.ClientConn
 	api       pb.IstioCertificateServiceClient
 	tokenFile string
@@ -92,25 +92,19 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Timeout < 0 {
 		return nil, errors.New("caclient: Config.Timeout must not be negative")
 	}
-	pool := x509.NewCertPool()
-	for _, r := range cfg.Roots {
-		pool.AddCert(r)
-	}
 	serverName := cfg.ServerName
 	if serverName == "" {
 		serverName = identity.CAServerName(cfg.Addr)
 	}
-	creds := credentials.NewTLS(&tls.Config{
-		RootCAs:    pool,
-		ServerName: serverName,
-		MinVersion: tls.VersionTLS12,
-	})
 	c := &Client{
+		roots:     &rootPool{},
 		tokenFile: cfg.TokenFile,
 		timeout:   cfg.Timeout,
 		clock:     clock.OrReal(cfg.Clock),
 		log:       cfg.Logger,
 	}
+	c.SetRoots(cfg.Roots)
+	creds := credentials.NewTLS(c.tlsConfig(serverName))
 	c.timeout = cmp.Or(c.timeout, DefaultTimeout)
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)

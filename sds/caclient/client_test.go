@@ -428,3 +428,38 @@ func TestVerifyEmpty(t *testing.T) {
 		}
 	}
 }
+
+// SetRoots replaces the roots that verify the CA from the next handshake
+// on: a CA that moved to a new root is reached once the client trusts it,
+// and an empty list does not drop the trust.
+func TestSetRoots(t *testing.T) {
+	ca := startCA(t, istiodOnly, nil)
+	other := newHierarchy(t)
+	tok := tokenPath(t)
+	writeToken(t, tok, "t")
+	c := newClient(t, caclient.Config{Addr: ca.addr, ServerName: "istiod.istio-system.svc", Roots: []*x509.Certificate{other.root}, TokenFile: tok})
+	_, csr := newCSR(t, workload)
+	if _, _, err := c.Sign(context.Background(), csr, time.Hour); status.Code(err) != codes.Unavailable {
+		t.Fatalf("untrusted CA: %v", err)
+	}
+	c.SetRoots(nil)
+	c.SetRoots([]*x509.Certificate{other.root, ca.h.root})
+	deadline := time.Now().Add(testkit.Guard)
+	for {
+		// gRPC retries the connection with its own backoff.
+		_, _, err := c.Sign(context.Background(), csr, time.Hour)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after SetRoots: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.SetRoots([]*x509.Certificate{other.root})
+	c2 := newClient(t, caclient.Config{Addr: ca.addr, ServerName: "istiod.istio-system.svc", Roots: []*x509.Certificate{other.root}, TokenFile: tok})
+	c2.SetRoots(nil) // ignored: still other.root only
+	if _, _, err := c2.Sign(context.Background(), csr, time.Hour); status.Code(err) != codes.Unavailable {
+		t.Fatalf("SetRoots(nil) dropped the check: %v", err)
+	}
+}

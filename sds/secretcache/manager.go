@@ -80,6 +80,16 @@ type Config struct {
 	// JWTBundleRefresh is how often Run fetches the JWT bundle again once
 	// it is in use; 0 means DefaultJWTBundleRefresh.
 	JWTBundleRefresh time.Duration
+	// RootFile, when set, is re-read every RootRefresh (0 takes
+	// DefaultRootRefresh) and its roots join those of the CA's answers in
+	// ROOTCA: during a CA rotation the new root arrives from either. It
+	// must hold only the mesh's roots: ROOTCA trusts them for workloads.
+	RootFile    string
+	RootRefresh time.Duration
+	// OnRoots, when set, is called with every new ROOTCA bundle (the agent
+	// makes its CA client trust it, so that the CA's serving certificate
+	// may move to a new root).
+	OnRoots func([]*x509.Certificate)
 
 	Clock      clock.Clock
 	Logger     *slog.Logger          // nil discards logs
@@ -120,6 +130,12 @@ type Manager struct {
 
 	kick      chan struct{} // wakes the scheduler after a state change
 	wantFiles chan struct{} // a directory to watch appeared: Run starts the file watcher
+
+	rootFile    string
+	rootRefresh time.Duration
+	onRoots     func([]*x509.Certificate)
+	answerRoots []*x509.Certificate // roots of the last CA answer (under mu)
+	fileRoots   []*x509.Certificate // roots of rootFile (under mu)
 
 	topicsMu sync.RWMutex // write-locked only to add or drop a topic (watch.go)
 	topics   map[string]*topic
@@ -162,8 +178,8 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.MaxJWTSVIDs < 0 || cfg.JWTBundleRefresh < 0 {
 		return nil, errors.New("secretcache: Config.MaxJWTSVIDs and JWTBundleRefresh must not be negative")
 	}
-	if cfg.MaxFileSecretSize < 0 {
-		return nil, errors.New("secretcache: Config.MaxFileSecretSize must not be negative")
+	if cfg.MaxFileSecretSize < 0 || cfg.RootRefresh < 0 {
+		return nil, errors.New("secretcache: Config.MaxFileSecretSize and RootRefresh must not be negative")
 	}
 	dirs, err := fileDirs(cfg.FileSecretDirs)
 	if err != nil {
@@ -188,6 +204,9 @@ func New(cfg Config) (*Manager, error) {
 		kick:        make(chan struct{}, 1),
 		wantFiles:   make(chan struct{}, 1),
 		topics:      map[string]*topic{},
+		rootFile:    cfg.RootFile,
+		rootRefresh: orDefault(cfg.RootRefresh, DefaultRootRefresh),
+		onRoots:     cfg.OnRoots,
 	}
 	m.maxFileSize = cmp.Or(m.maxFileSize, DefaultMaxFileSecretSize)
 	m.grace = cmp.Or(m.grace, DefaultGraceRatio)
@@ -346,6 +365,7 @@ func (m *Manager) fly(ctx context.Context, f *flight) {
 	now := m.clock.Now()
 
 	m.mu.Lock()
+	var union []*x509.Certificate
 	rootsChanged := false
 	if err != nil {
 		m.failures++
@@ -356,10 +376,8 @@ func (m *Manager) fly(ctx context.Context, f *flight) {
 	} else {
 		old := m.cert.Load()
 		m.cert.Store(cert)
-		if r := m.roots.Load(); r == nil || r.Version != roots.Version {
-			m.roots.Store(roots)
-			rootsChanged = true
-		}
+		m.answerRoots = roots.Roots
+		union, rootsChanged = m.setRootsLocked()
 		m.failures, m.retryAt, m.lastErr = 0, time.Time{}, nil
 		m.renewAt = certs.RenewAt(cert.Chain[0].NotBefore, cert.NotAfter, m.grace, m.jitter)
 		// A certificate backdated far into the past (or a tiny lifetime)
@@ -389,7 +407,7 @@ func (m *Manager) fly(ctx context.Context, f *flight) {
 	// Roots first: a peer must trust a new root before it sees a
 	// certificate issued under it.
 	if rootsChanged {
-		m.publish(RootName)
+		m.rootsChanged(union)
 	}
 	m.publish(DefaultName)
 }

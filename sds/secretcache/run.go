@@ -39,9 +39,17 @@ func (m *Manager) Run(ctx context.Context) error {
 			m.jwt.run(ctx)
 		}
 	}()
+	rootsDone := make(chan struct{})
+	go func() {
+		defer close(rootsDone)
+		if m.rootFile != "" {
+			m.refreshRoots(ctx)
+		}
+	}()
 	m.schedule(ctx)
 	<-done
 	<-jwtDone
+	<-rootsDone
 	return nil
 }
 

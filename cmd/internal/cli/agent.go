@@ -35,12 +35,14 @@ type AgentFlags struct {
 	debugEndpoints   bool
 	fileSecretDirs   []string
 	workloadSocket   string
+	caRootRefresh    time.Duration
 }
 
 // Register adds the agent's flags, with agent.Config's defaults, to fs.
 func (f *AgentFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.caAddr, "ca-addr", agent.DefaultCAAddr, "address of the CA's CreateCertificate API")
 	fs.StringVar(&f.caRoot, "ca-root", "", "PEM roots that verify the CA's serving certificate")
+	fs.DurationVar(&f.caRootRefresh, "ca-root-refresh", secretcache.DefaultRootRefresh, "re-read --ca-root this often; its roots join the CA's in ROOTCA (0 = never)")
 	fs.StringVar(&f.tokenFile, "token-file", agent.DefaultTokenFile, "service-account token, re-read for every CA request")
 	fs.StringVar(&f.sdsSocket, "sds-socket", agent.DefaultSDSSocket, "Unix socket to serve Envoy SDS on")
 	fs.BoolVar(&f.socketGroup, "sds-socket-group", false, "make the SDS socket 0660 instead of 0600 so the group can connect")
@@ -89,6 +91,7 @@ func AgentConfig(fs *pflag.FlagSet, f *AgentFlags, lookup Lookup) (agent.Config,
 		FileSecretDirs:    dirs,
 		CAAddr:            f.caAddr,
 		CARootFile:        f.caRoot,
+		CARootRefresh:     f.caRootRefresh,
 		TokenFile:         f.tokenFile,
 		SDSSocket:         f.sdsSocket,
 		SocketGroup:       f.socketGroup,

@@ -6,6 +6,7 @@ import (
 	"crypto/x509/pkix"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +67,7 @@ func configMapHolds(ctx context.Context, ns string, roots []*x509.Certificate) e
 	if err != nil {
 		return fmt.Errorf("%s/%s: %w", ns, rootConfigMap, err)
 	}
-	if !sameCerts(got, roots) {
+	if !sameSet(got, roots) {
 		return fmt.Errorf("%s/%s holds %d other certificate(s)", ns, rootConfigMap, len(got))
 	}
 	return nil
@@ -111,6 +112,20 @@ func signsUnder(ctx context.Context, s *caServer, token string, id spiffeid.ID, 
 		return fmt.Errorf("leaf not signed by %s", signer.Subject)
 	}
 	return nil
+}
+
+// sameSet reports whether a and b hold the same certificates in any order:
+// during a CA rotation the bundle is a union whose order follows the phase.
+func sameSet(a, b []*x509.Certificate) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, c := range a {
+		if !slices.ContainsFunc(b, c.Equal) {
+			return false
+		}
+	}
+	return true
 }
 
 func sameCerts(a, b []*x509.Certificate) bool {
@@ -203,7 +218,8 @@ func resetCAState(t *testing.T) {
 
 func startKubeCA(t *testing.T, kubeconfig, pod string) *caServer {
 	t.Helper()
-	return startCA(t, kubeconfig, "--kube-ca-secret", "--namespace", caNamespace, "--pod-name", pod)
+	// A new root signs 2 s after it is trusted (issue 13's rotation).
+	return startCA(t, kubeconfig, "--kube-ca-secret", "--namespace", caNamespace, "--pod-name", pod, "--rotation-propagation", "2s")
 }
 
 func leaseHolder(ctx context.Context) (string, error) {
@@ -349,7 +365,9 @@ func TestKubeCA(t *testing.T) {
 				return signsUnder(ctx, r, token, id, rotated.Roots, rotated.Cert)
 			})
 		}
-		eventually(t, wait, "every namespace has the new root", func(ctx context.Context) error { return everyConfigMapHolds(ctx, rotated.Roots) })
+		// The old root stays until the old CA's last leaf expires (--max-ttl).
+		union := append(slices.Clone(root0), rotated.Roots...)
+		eventually(t, wait, "every namespace has the old and the new root", func(ctx context.Context) error { return everyConfigMapHolds(ctx, union) })
 	})
 
 	plugged, pRoot, pInter := pluggedCA(t)
@@ -368,7 +386,8 @@ func TestKubeCA(t *testing.T) {
 				return signsUnder(ctx, r, token, id, roots, pInter)
 			})
 		}
-		eventually(t, wait, "every namespace has the plugged root", func(ctx context.Context) error { return everyConfigMapHolds(ctx, roots) })
+		all := append(append(slices.Clone(root0), rotated.Roots...), pRoot)
+		eventually(t, wait, "every namespace has the plugged root with the earlier ones", func(ctx context.Context) error { return everyConfigMapHolds(ctx, all) })
 	})
 	t.Run("deleting cacerts falls back to the root Secret", func(t *testing.T) {
 		if err := cluster.Client().CoreV1().Secrets(caNamespace).Delete(ctx, pluggedSecret, metav1.DeleteOptions{}); err != nil {
@@ -379,7 +398,10 @@ func TestKubeCA(t *testing.T) {
 				return signsUnder(ctx, r, token, id, rotated.Roots, rotated.Cert)
 			})
 		}
-		eventually(t, wait, "every namespace has the root again", func(ctx context.Context) error { return everyConfigMapHolds(ctx, rotated.Roots) })
+		// The root Secret's root is trusted already: it signs at once; the
+		// plugged root retires with the others.
+		all := append(append(slices.Clone(root0), rotated.Roots...), pRoot)
+		eventually(t, wait, "every namespace keeps every root until retired", func(ctx context.Context) error { return everyConfigMapHolds(ctx, all) })
 	})
 
 	t.Run("the follower takes over when the leader stops", func(t *testing.T) {
@@ -397,7 +419,8 @@ func TestKubeCA(t *testing.T) {
 		if err := cluster.Client().CoreV1().ConfigMaps(w.ns).Delete(ctx, rootConfigMap, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, wait, "the new leader recreates the ConfigMap", func(ctx context.Context) error { return configMapHolds(ctx, w.ns, rotated.Roots) })
+		all := append(append(slices.Clone(root0), rotated.Roots...), pRoot)
+		eventually(t, wait, "the new leader recreates the ConfigMap", func(ctx context.Context) error { return configMapHolds(ctx, w.ns, all) })
 		if err := signsUnder(ctx, replicas[follower], token, id, rotated.Roots, rotated.Cert); err != nil {
 			t.Fatal(err)
 		}

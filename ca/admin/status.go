@@ -1,0 +1,112 @@
+package admin
+
+import (
+	"crypto/x509"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/meshid/meshid/ca/rotation"
+)
+
+// Status is the JSON form of a rotation.Status (schema stable: fields are
+// only ever added).
+type Status struct {
+	Phase      string         `json:"phase"`
+	Signing    *Cert          `json:"signing"`
+	Prepared   *Cert          `json:"prepared"`
+	ActivateAt *time.Time     `json:"activate_at"`
+	Roots      []Root         `json:"roots"`
+	NextStep   string         `json:"next_step"`
+	NextStepAt *time.Time     `json:"next_step_at"`
+	Stuck      string         `json:"stuck"`
+	Steps      map[string]int `json:"steps"`
+}
+
+// Cert names a certificate.
+type Cert struct {
+	Subject   string    `json:"subject"`
+	Serial    string    `json:"serial"`
+	NotBefore time.Time `json:"not_before"`
+	NotAfter  time.Time `json:"not_after"`
+}
+
+// Root is a root of the trust bundle.
+type Root struct {
+	Cert
+	State    string     `json:"state"`
+	RetireAt *time.Time `json:"retire_at"`
+}
+
+func certOf(c *x509.Certificate) *Cert {
+	if c == nil {
+		return nil
+	}
+	return &Cert{Subject: c.Subject.String(), Serial: c.SerialNumber.Text(16), NotBefore: c.NotBefore.UTC(), NotAfter: c.NotAfter.UTC()}
+}
+
+func timeOf(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// StatusOf converts a rotation.Status.
+func StatusOf(st rotation.Status) Status {
+	out := Status{
+		Phase:      st.Phase.String(),
+		Signing:    certOf(st.Signing),
+		Prepared:   certOf(st.Prepared),
+		ActivateAt: timeOf(st.ActivateAt),
+		NextStep:   st.NextStep,
+		NextStepAt: timeOf(st.NextStepAt),
+		Stuck:      st.Stuck,
+		Steps:      st.Steps,
+		Roots:      []Root{},
+	}
+	for _, r := range st.Roots {
+		out.Roots = append(out.Roots, Root{Cert: *certOf(r.Cert), State: r.State, RetireAt: timeOf(r.RetireAt)})
+	}
+	return out
+}
+
+// Format writes st for a person, with times relative to now.
+func (st Status) Format(w io.Writer, now time.Time) {
+	in := func(t time.Time) string {
+		return fmt.Sprintf("%s (%s)", t.Format(time.RFC3339), relative(t.Sub(now)))
+	}
+	fmt.Fprintf(w, "phase:     %s\n", st.Phase)
+	if st.Signing != nil {
+		fmt.Fprintf(w, "signing:   %s  serial %s  expires %s\n", st.Signing.Subject, st.Signing.Serial, in(st.Signing.NotAfter))
+	}
+	if st.Prepared != nil && st.ActivateAt != nil {
+		fmt.Fprintf(w, "prepared:  %s  serial %s  activates %s\n", st.Prepared.Subject, st.Prepared.Serial, in(*st.ActivateAt))
+	}
+	if st.NextStep != "" && st.NextStepAt != nil {
+		fmt.Fprintf(w, "next step: %s %s\n", st.NextStep, in(*st.NextStepAt))
+	} else {
+		fmt.Fprintln(w, "next step: none scheduled")
+	}
+	if st.Stuck != "" {
+		fmt.Fprintf(w, "STUCK:     %s\n", st.Stuck)
+	}
+	fmt.Fprintf(w, "bundle:    %d root(s)\n", len(st.Roots))
+	for _, r := range st.Roots {
+		line := fmt.Sprintf("  %-9s %s  serial %s  expires %s", r.State, r.Subject, r.Serial, in(r.NotAfter))
+		if r.RetireAt != nil {
+			line += "  retires " + in(*r.RetireAt)
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+// relative says d as "in 9m0s" or "3m0s ago".
+func relative(d time.Duration) string {
+	d = d.Round(time.Second)
+	if d < 0 {
+		return (-d).String() + " ago"
+	}
+	return "in " + d.String()
+}

@@ -1,0 +1,113 @@
+package secretcache
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/meshid/meshid/certs"
+)
+
+// DefaultRootRefresh is how often the Manager re-reads Config.RootFile (the
+// agent's --ca-root, in a cluster the mounted istio-ca-root-cert ConfigMap).
+// The CA waits twice this long (ca/rotation.DefaultPropagation) between
+// adding a new root to its bundle and signing with it, so that every agent
+// has pushed the new root as ROOTCA first.
+const DefaultRootRefresh = 5 * time.Minute
+
+// maxRootFile bounds the root file read: a bundle of a few hundred roots
+// is well under it.
+const maxRootFile = 1 << 20
+
+// trustedRootsLocked is the ROOTCA bundle: the roots of the last CA answer,
+// then those of RootFile that the answer lacks. During a CA rotation it
+// holds the old and the new roots, from whichever source has them first.
+func (m *Manager) trustedRootsLocked() []*x509.Certificate {
+	out := slices.Clone(m.answerRoots)
+	for _, c := range m.fileRoots {
+		if !slices.ContainsFunc(out, c.Equal) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// setRootsLocked makes the union the ROOTCA secret when it changed, and
+// reports whether it did.
+func (m *Manager) setRootsLocked() ([]*x509.Certificate, bool) {
+	union := m.trustedRootsLocked()
+	if len(union) == 0 {
+		return nil, false
+	}
+	s := newRootSecret(RootName, union, m.id.TrustDomain())
+	if r := m.roots.Load(); r != nil && r.Version == s.Version {
+		return nil, false
+	}
+	m.roots.Store(s)
+	return union, true
+}
+
+// rootsChanged tells the trust hook (the CA client verifying the CA) and
+// the ROOTCA watchers about a new bundle.
+func (m *Manager) rootsChanged(union []*x509.Certificate) {
+	if m.onRoots != nil {
+		m.onRoots(union)
+	}
+	m.publish(RootName)
+}
+
+// refreshRoots re-reads RootFile every rootRefresh until ctx is done.
+func (m *Manager) refreshRoots(ctx context.Context) {
+	for {
+		timer := m.clock.NewTimer(m.rootRefresh)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C():
+		}
+		m.readRootFile()
+	}
+}
+
+// readRootFile loads RootFile into the bundle. A file that cannot be read
+// or holds no certificate (half written) leaves the previous roots.
+func (m *Manager) readRootFile() {
+	roots, err := readRoots(m.rootFile)
+	if err != nil {
+		m.log.Warn("cannot re-read the CA roots; keeping the previous ones", "file", m.rootFile, "error", err)
+		return
+	}
+	m.mu.Lock()
+	m.fileRoots = roots
+	union, changed := m.setRootsLocked()
+	m.mu.Unlock()
+	if changed {
+		m.log.Info("trust bundle changed", "file", m.rootFile, "roots", len(union))
+		m.rootsChanged(union)
+	}
+}
+
+func readRoots(path string) ([]*x509.Certificate, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxRootFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxRootFile {
+		return nil, fmt.Errorf("larger than %d bytes", maxRootFile)
+	}
+	roots, err := certs.ParseCertificates(data)
+	if err == nil && len(roots) == 0 {
+		err = fmt.Errorf("no certificate")
+	}
+	return roots, err
+}

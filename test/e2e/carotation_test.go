@@ -19,6 +19,7 @@ import (
 
 	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // proxy follows an agent's SDS stream the way Envoy does (one StreamSecrets
@@ -183,7 +184,7 @@ func TestCARotationZeroFailedHandshakes(t *testing.T) {
 		t.Skip("runs for about two minutes")
 	}
 	t.Parallel()
-	work := shortDir(t)
+	work := testkit.ShortDir(t)
 	oldDir, oldRoot := newCACerts(t, work, "old")
 	newDir, newRoot := newCACerts(t, work, "new")
 	caDir := filepath.Join(work, "cacerts")

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/bench/cputime"
+	"github.com/meshid/meshid/ca/authn"
 )
 
 // BenchmarkAuthenticate is the verifier's CPU per token: cold (a token

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/inspect"
@@ -44,6 +46,7 @@ type inspectFlags struct {
 	container     string
 	kubeconfig    string
 	allowDNS      bool
+	ca            string
 }
 
 func newInspectCmd() *cobra.Command {
@@ -92,6 +95,7 @@ Exit status: 0 all valid; 1 an input could not be read; 2 a usage error
 	fl.BoolVar(&f.allowDNS, "allow-dns", false, "accept leaves named by DNS SANs without a SPIFFE ID (gateway certificates); their chains are still verified")
 	fl.StringVar(&f.pod, "pod", "", "read what the meshid agent of pod `NS/NAME` holds, through the API server (a port-forward to its /debug/secrets)")
 	fl.StringVar(&f.container, "container", podagent.DefaultContainer, "with --pod: the agent's container `name`")
+	fl.StringVar(&f.ca, "ca", "", "print the CA's rotation state (phase, signing CA, trust bundle with expiries, next step) from the server's --admin-socket `socket`")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "with --pod: kubeconfig `file` (default: $KUBECONFIG, then ~/.kube/config)")
 	return cmd
 }
@@ -100,6 +104,12 @@ func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
 	format, err := inspect.ParseFormat(f.output)
 	if err != nil {
 		return cli.Usage(err)
+	}
+	if f.ca != "" {
+		if len(args) != 0 || f.sds != "" || f.workloadAPI != "" || f.pod != "" {
+			return cli.Usage(errors.New("inspect: --ca reads a running CA's admin socket; give it alone"))
+		}
+		return inspectCA(cmd, f.ca, format, f.timeout)
 	}
 	if len(f.resources) != 0 && f.sds == "" {
 		return cli.Usage(errors.New("inspect: --resource needs --sds"))
@@ -164,4 +174,20 @@ func podSource(f *inspectFlags) (inspect.Source, error) {
 		return nil, err
 	}
 	return inspect.AgentDump("pod "+f.pod, func(ctx context.Context) ([]byte, error) { return a.Get(ctx, secretdump.Path) }), nil
+}
+
+// inspectCA prints where the CA's rotation stands, read from the running
+// server's admin socket (ca/admin): the same answer as `meshid certs status`.
+func inspectCA(cmd *cobra.Command, socket string, format inspect.Format, timeout time.Duration) error {
+	st, err := admin.NewClient(socket, timeout).Status(cmd.Context())
+	if err != nil {
+		return fmt.Errorf("inspect: --ca %s: %w", socket, err)
+	}
+	if format == inspect.FormatJSON {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	st.Format(cmd.OutOrStdout(), inspectClock.Now())
+	return nil
 }

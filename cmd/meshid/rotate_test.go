@@ -46,6 +46,18 @@ func TestCertsRotateRootActivate(t *testing.T) {
 	if !s.Authority().Bundle().Cert.Equal(old) {
 		t.Fatal("the new root signs before activation")
 	}
+	// inspect --ca reads the same state: phase, both roots, the next step.
+	out = meshidOK(t, "inspect", "--ca", sock)
+	if !strings.Contains(out, "phase:     prepared") || !strings.Contains(out, "bundle:    2 root(s)") {
+		t.Fatalf("inspect --ca printed:\n%s", out)
+	}
+	var ist admin.Status
+	if err := json.Unmarshal([]byte(meshidOK(t, "inspect", "--ca", sock, "-o", "json")), &ist); err != nil || ist.Phase != "prepared" || len(ist.Roots) != 2 {
+		t.Fatalf("inspect --ca -o json: %+v, %v", ist, err)
+	}
+	if _, stderr, code := meshidRun(t, nil, "inspect", "--ca", sock, "--sds", sock); code != 2 || !strings.Contains(stderr, "give it alone") {
+		t.Fatalf("inspect --ca with --sds: exit %d, %q", code, stderr)
+	}
 	out = meshidOK(t, "certs", "activate", "--admin-socket", sock)
 	if !strings.Contains(out, "phase:     active") || s.Authority().Bundle().Cert.Equal(old) {
 		t.Fatalf("activate printed:\n%s", out)

@@ -30,9 +30,14 @@ func TestInspectWorkloadAPI(t *testing.T) {
 		WorkloadAPISocket: sock,
 	})
 	out := meshidOK(t, "inspect", "--workload-api", sock)
-	lines := strings.Split(strings.TrimSpace(out), "\n")
+	table, notes, _ := strings.Cut(strings.TrimSpace(out), "\n\n")
+	lines := strings.Split(table, "\n")
 	if len(lines) != 3 || !strings.HasPrefix(lines[0], "RESOURCE") {
 		t.Fatalf("want a header and two rows:\n%s", out)
+	}
+	// The SVID's key, fetched with it, is confirmed under the table.
+	if !strings.Contains(notes, "svid: private key (ec-p256, from svid) matches") {
+		t.Fatalf("no key confirmation under the table:\n%s", out)
 	}
 	for i, want := range [][]string{{"svid", "Cert Chain", "true", testWorkload, "12h0m"}, {"bundle:cluster.local", "CA", "true"}} {
 		for _, w := range want {

@@ -140,16 +140,9 @@ func (a *Authority) Bundle() *keystore.Bundle { return a.state.Load().bundle }
 // signed finish with the previous bundle. The bundle must not be modified
 // afterwards.
 func (a *Authority) SetBundle(b *keystore.Bundle) error {
-	now := a.clock.Now()
-	if err := b.Validate(now); err != nil {
-		return fmt.Errorf("ca: %w", err)
-	}
-	is, err := newIssuer(b)
+	is, err := a.issuerFor(b)
 	if err != nil {
-		return fmt.Errorf("ca: %w", err)
-	}
-	if err := is.probe(now); err != nil {
-		return fmt.Errorf("ca: CA key cannot sign leaves: %w", err)
+		return err
 	}
 	a.state.Store(is)
 	a.log.Info("CA bundle in use",

@@ -56,17 +56,7 @@ func serve(t *testing.T, dir string, maxConns int) (*rotation.Rotation, string) 
 		t.Fatal(err)
 	}
 	testkit.Run(t, "admin", srv.Run)
-	deadline := time.Now().Add(testkit.Guard)
-	for {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("admin socket did not come up")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitForSocket(t, sock)
 	return rot, sock
 }
 

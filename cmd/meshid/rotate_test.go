@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,17 +18,7 @@ import (
 func TestCertsRotateRootActivate(t *testing.T) {
 	sock := filepath.Join(testkit.ShortDir(t), "admin.sock")
 	s := testkit.CA(t, caserver.Config{AdminSocket: sock})
-	deadline := time.Now().Add(testkit.Guard)
-	for {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("admin socket did not come up")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitForSocket(t, sock)
 	old := s.Authority().Bundle().Cert
 
 	out := meshidOK(t, "certs", "rotate-root", "--admin-socket", sock)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -49,4 +50,22 @@ func DialUnix(t testing.TB, path string) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// WaitForSocket returns once something accepts connections on the Unix
+// socket at path, failing t after Guard. A server's Run creates its socket
+// on its own goroutine; this is the condition to wait for, polled.
+func WaitForSocket(t testing.TB, path string) {
+	t.Helper()
+	deadline := time.Now().Add(Guard)
+	for {
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("socket %s did not come up within %v", path, Guard)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -17,6 +17,17 @@ import (
 // cannot read one labelled sample out of a family.
 func Metric(t testing.TB, g prometheus.Gatherer, name string, labels ...string) float64 {
 	t.Helper()
+	v, ok := LookupMetric(t, g, name, labels...)
+	if !ok {
+		t.Fatalf("metric %s%v not found", name, labels)
+	}
+	return v
+}
+
+// LookupMetric is Metric for a series that may not exist yet (a condition
+// polled until it does): ok is false while it is absent.
+func LookupMetric(t testing.TB, g prometheus.Gatherer, name string, labels ...string) (v float64, ok bool) {
+	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -27,12 +38,11 @@ func Metric(t testing.TB, g prometheus.Gatherer, name string, labels ...string) 
 		}
 		for _, m := range mf.GetMetric() {
 			if hasLabels(m, labels) {
-				return value(m)
+				return value(m), true
 			}
 		}
 	}
-	t.Fatalf("metric %s%v not found", name, labels)
-	return 0
+	return 0, false
 }
 
 func hasLabels(m *dto.Metric, labels []string) bool {

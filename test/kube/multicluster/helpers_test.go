@@ -220,3 +220,11 @@ func (c *ca) metric(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
 	return testkit.Metric(t, c.reg, name, labels...)
 }
+
+// state is 1 when cluster's gauge shows state, 0 while that series is absent
+// (the cluster is still being probed): for polling.
+func (c *ca) state(t *testing.T, cluster, state string) float64 {
+	t.Helper()
+	v, _ := testkit.LookupMetric(t, c.reg, "meshid_ca_remote_cluster_state", "cluster", cluster, "state", state)
+	return v
+}

@@ -62,7 +62,7 @@ func TestRemoteSecret(t *testing.T) {
 	took := until(t, "B after the secret was created", func(ctx context.Context) error { return c.sign(ctx, wb.token(t), idB, wb.id()) })
 	t.Logf("remote secret created: B's proxies signed after %s", took.Round(time.Millisecond))
 	until(t, "B probed ready", func(context.Context) error {
-		if c.metric(t, "meshid_ca_remote_cluster_state", "cluster", idB, "state", cluster.StateReady) != 1 {
+		if c.state(t, idB, cluster.StateReady) != 1 {
 			return errNotYet
 		}
 		return nil
@@ -124,14 +124,14 @@ current-context: c
 	for _, key := range []string{"huge", "garbage", "exec"} {
 		logs.WaitForContaining(t, "key="+key, 1)
 		until(t, key+" invalid in the gauge", func(context.Context) error {
-			if c.metric(t, "meshid_ca_remote_cluster_state", "cluster", key, "state", cluster.StateInvalid) != 1 {
+			if c.state(t, key, cluster.StateInvalid) != 1 {
 				return errNotYet
 			}
 			return nil
 		})
 	}
 	until(t, "bad credentials shown as unauthorized", func(context.Context) error {
-		if c.metric(t, "meshid_ca_remote_cluster_state", "cluster", "creds", "state", cluster.StateUnauthorized) != 1 {
+		if c.state(t, "creds", cluster.StateUnauthorized) != 1 {
 			return errNotYet
 		}
 		return nil

@@ -24,6 +24,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/inspect"
 	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
 )
@@ -307,7 +308,7 @@ func TestInspectSDS(t *testing.T) {
 	other := filepath.Join(h.dir, "other")
 	meshidOK(t, "certs", "root", "--out", other)
 	out, _, code := meshidRun(t, nil, "inspect", "--sds", sock, "--roots", filepath.Join(other, "root-cert.pem"))
-	if code != exitInspectInvalid || !strings.Contains(out, "unknown issuer") {
+	if code != inspect.ExitInvalid || !strings.Contains(out, "unknown issuer") {
 		t.Fatalf("foreign --roots: exit %d\n%s", code, out)
 	}
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/cmd/internal/cli"
-	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/devstack"
 	"github.com/meshid/meshid/sds/agent"
 )
@@ -78,20 +77,13 @@ func self() string {
 }
 
 func newDevTokenCmd() *cobra.Command {
-	var (
-		stateDir, ns, sa, audience string
-		ttl                        time.Duration
-	)
+	var r devstack.TokenRequest
 	cmd := &cobra.Command{
 		Use:   "token",
 		Short: "Print a service-account JWT signed by the dev issuer",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			issuer, err := devissuer.LoadOrCreate(stateDir, devissuer.DefaultIssuer)
-			if err != nil {
-				return err
-			}
-			tok, err := issuer.Mint(ns, sa, []string{audience}, ttl, time.Now())
+			tok, err := devstack.Token(r, time.Now())
 			if err != nil {
 				return err
 			}
@@ -100,10 +92,10 @@ func newDevTokenCmd() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&stateDir, "state-dir", devstack.DefaultStateDir, "the dev state directory (holds the issuer key)")
-	fs.StringVar(&ns, "namespace", "default", "namespace of the identity")
-	fs.StringVar(&sa, "service-account", "default", "service account of the identity")
-	fs.StringVar(&audience, "audience", "istio-ca", "token audience")
-	fs.DurationVar(&ttl, "ttl", time.Hour, "token lifetime")
+	fs.StringVar(&r.StateDir, "state-dir", devstack.DefaultStateDir, "the dev state directory (holds the issuer key)")
+	fs.StringVar(&r.Namespace, "namespace", "default", "namespace of the identity")
+	fs.StringVar(&r.ServiceAccount, "service-account", "default", "service account of the identity")
+	fs.StringVar(&r.Audience, "audience", "istio-ca", "token audience")
+	fs.DurationVar(&r.TTL, "ttl", time.Hour, "token lifetime")
 	return cmd
 }

@@ -206,3 +206,21 @@ func (s *Stack) refreshToken(ctx context.Context) error {
 		}
 	}
 }
+
+// TokenRequest is a service-account token of the dev issuer (meshid dev
+// token): for any identity and audience, unlike the stack's own token.
+type TokenRequest struct {
+	StateDir                  string // the issuer's key is created there if missing
+	Namespace, ServiceAccount string
+	Audience                  string
+	TTL                       time.Duration
+}
+
+// Token mints r's token, valid from now.
+func Token(r TokenRequest, now time.Time) (string, error) {
+	issuer, err := devissuer.LoadOrCreate(cmp.Or(r.StateDir, DefaultStateDir), devissuer.DefaultIssuer)
+	if err != nil {
+		return "", err
+	}
+	return issuer.Mint(r.Namespace, r.ServiceAccount, []string{r.Audience}, r.TTL, now)
+}

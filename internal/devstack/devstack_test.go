@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/devstack"
 	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/sdsfetch"
@@ -93,5 +95,22 @@ func TestStack(t *testing.T) {
 	}
 	if string(after) == string(before) {
 		t.Error("token not re-minted at half its lifetime")
+	}
+}
+
+// Token mints for the identity, audience and lifetime asked, with the
+// issuer of the stack's state directory.
+func TestToken(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tok, err := devstack.Token(devstack.TokenRequest{StateDir: t.TempDir(), Namespace: "shop", ServiceAccount: "cart", Audience: "aud", TTL: time.Hour}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := identity.ParseUnverified(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sa, _ := c.ServiceAccount(); sa != (identity.ServiceAccount{Namespace: "shop", Name: "cart"}) || c.Issuer != devissuer.DefaultIssuer || !c.Audience.Contains("aud") || !c.Expiry.Time().Equal(now.Add(time.Hour)) {
+		t.Fatalf("claims %+v", c)
 	}
 }

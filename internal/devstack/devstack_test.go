@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
@@ -63,14 +62,7 @@ func TestStack(t *testing.T) {
 	if got := leaf.URIs[0].String(); got != "spiffe://cluster.local/ns/default/sa/default" {
 		t.Errorf("leaf ID = %s", got)
 	}
-	rootPEM, err := os.ReadFile(filepath.Join(dir, "root-cert.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots, err := certs.ParseCertificates(rootPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	roots := testkit.ReadCerts(t, filepath.Join(dir, "root-cert.pem"))
 	pool := x509.NewCertPool()
 	pool.AddCert(roots[0])
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {

@@ -66,6 +66,17 @@ func CSR(t testing.TB, key crypto.Signer, id spiffeid.ID) *x509.CertificateReque
 	return req
 }
 
+// CSRPEM returns the PEM CSR that certs.NewCSR makes for key and id (what
+// the agent puts on the wire), failing the test on error.
+func CSRPEM(t testing.TB, key crypto.Signer, id spiffeid.ID) []byte {
+	t.Helper()
+	der, err := certs.NewCSR(key, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs.EncodeCSR(der)
+}
+
 // ReadCerts returns the certificates of the PEM file at path, failing the
 // test on error.
 func ReadCerts(t testing.TB, path string) []*x509.Certificate {

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -70,6 +71,18 @@ func StatusOf(st rotation.Status) Status {
 		out.Roots = append(out.Roots, Root{Cert: *certOf(r.Cert), State: r.State, RetireAt: timeOf(r.RetireAt)})
 	}
 	return out
+}
+
+// Print writes st as indented JSON, or else for a person (Format): what
+// `meshid certs status` and `meshid inspect --ca` print.
+func (st Status) Print(w io.Writer, now time.Time, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	st.Format(w, now)
+	return nil
 }
 
 // Format writes st for a person, with times relative to now.

@@ -269,18 +269,7 @@ func TestSelfSignedRootRotationStateDir(t *testing.T) {
 	if err := s.Rotation().RotateRoot(); err != nil {
 		t.Fatal(err)
 	}
-	readRoots := func() []*x509.Certificate {
-		t.Helper()
-		data, err := os.ReadFile(filepath.Join(dir, keystore.RootCertFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cs, err := certs.ParseCertificates(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cs
-	}
+	readRoots := func() []*x509.Certificate { return testkit.ReadCerts(t, filepath.Join(dir, keystore.RootCertFile)) }
 	if roots := readRoots(); len(roots) != 2 || !roots[0].Equal(old) {
 		t.Fatalf("prepared: root-cert.pem holds %d roots, want the old and the new", len(roots))
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 var t0 = time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -58,7 +59,7 @@ func TestRootByCfssl(t *testing.T) {
 			if err := c.CheckSignatureFrom(c); err != nil {
 				t.Errorf("not self-signed: %v", err)
 			}
-			if m := perm(t, filepath.Join(dir, catool.RootKeyFile)); m != 0o600 {
+			if m := testkit.FilePerm(t, filepath.Join(dir, catool.RootKeyFile)); m != 0o600 {
 				t.Errorf("key mode %o", m)
 			}
 			if !strings.Contains(report.String(), catool.RootKeyFile) {
@@ -113,7 +114,7 @@ func TestIntermediateByCfssl(t *testing.T) {
 	if err != nil || !b.Cert.Equal(inter) {
 		t.Fatalf("LoadDir: %v", err)
 	}
-	if m := perm(t, filepath.Join(dir, catool.CAKeyFile)); m != 0o600 {
+	if m := testkit.FilePerm(t, filepath.Join(dir, catool.CAKeyFile)); m != 0o600 {
 		t.Errorf("key mode %o", m)
 	}
 
@@ -141,15 +142,6 @@ func TestIntermediateByCfssl(t *testing.T) {
 			t.Errorf("name %q accepted", name)
 		}
 	}
-}
-
-func perm(t *testing.T, p string) os.FileMode {
-	t.Helper()
-	st, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.Mode().Perm()
 }
 
 func copyFile(t *testing.T, from, to string) {

@@ -46,3 +46,24 @@ func clip(s string) string {
 	}
 	return strings.ToValidUTF8(s[:max], "?") + "..."
 }
+
+// ParseKubeconfigs turns ID=PATH pairs (meshid server --remote-kubeconfig)
+// into the Router's Kubeconfigs: nil for none; a pair without an ID or a
+// path, or an ID given twice, is refused. The IDs are checked by NewRouter.
+func ParseKubeconfigs(pairs []string) (map[string]string, error) {
+	var out map[string]string
+	for _, kv := range pairs {
+		id, path, ok := strings.Cut(kv, "=")
+		if !ok || id == "" || path == "" {
+			return nil, fmt.Errorf("%q: want ID=PATH", clip(kv))
+		}
+		if _, dup := out[id]; dup {
+			return nil, fmt.Errorf("cluster %s given twice", clip(id))
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[id] = path
+	}
+	return out, nil
+}

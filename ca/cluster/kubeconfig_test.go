@@ -119,3 +119,19 @@ func TestCheckID(t *testing.T) {
 		}
 	}
 }
+
+func TestParseKubeconfigs(t *testing.T) {
+	if got, err := cluster.ParseKubeconfigs(nil); err != nil || got != nil {
+		t.Fatalf("none: %v %v", got, err)
+	}
+	got, err := cluster.ParseKubeconfigs([]string{"west=/etc/west.kubeconfig", "north=/a=b"})
+	if err != nil || len(got) != 2 || got["west"] != "/etc/west.kubeconfig" || got["north"] != "/a=b" {
+		t.Fatalf("got %v %v", got, err)
+	}
+	for _, bad := range [][]string{{"west"}, {"=/path"}, {"west="}, {"w=/a", "w=/b"}, {strings.Repeat("x", 1<<20)}} {
+		_, err := cluster.ParseKubeconfigs(bad)
+		if err == nil || len(err.Error()) > 200 {
+			t.Errorf("%.40v: error %.300v", bad, err)
+		}
+	}
+}

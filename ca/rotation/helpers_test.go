@@ -128,11 +128,7 @@ func (w *world) leaf(t *testing.T) *ca.Issued {
 	t.Helper()
 	key := testkit.Key(t, certs.ECP256)
 	id := spiffeid.RequireFromPath(td, "/ns/default/sa/default")
-	der, err := certs.NewCSR(key, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := ca.ParseCSR(certs.EncodeCSR(der))
+	csr, err := ca.ParseCSR(testkit.CSRPEM(t, key, id))
 	if err != nil {
 		t.Fatal(err)
 	}

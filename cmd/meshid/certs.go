@@ -96,9 +96,9 @@ sensitive and not extractable, and no ca-key.pem is written: run the CA with
 				}
 				cfg.TTL = time.Duration(ttl)
 			}
-			uri, err := keyURI(key)
+			uri, err := pkcs11.ParseOptionalURI(key)
 			if err != nil {
-				return err
+				return fmt.Errorf("certs intermediate: --key %v (or no --key for a ca-key.pem file)", err)
 			}
 			cfg.KeyType, cfg.KeyURI = certs.KeyType(keyType), uri
 			cfg.Clock, cfg.Report = certsClock, cmd.OutOrStdout()
@@ -121,19 +121,4 @@ sensitive and not extractable, and no ca-key.pem is written: run the CA with
 		_ = cmd.MarkFlagRequired(n)
 	}
 	return cmd
-}
-
-// keyURI is the module key of --key: nil for a ca-key.pem file.
-func keyURI(key string) (*pkcs11.URI, error) {
-	switch {
-	case key == "":
-		return nil, nil
-	case pkcs11.IsURI(key):
-		uri, err := pkcs11.ParseURI(key)
-		if err != nil {
-			return nil, fmt.Errorf("certs intermediate: --key: %v", err)
-		}
-		return uri, nil
-	}
-	return nil, fmt.Errorf("certs intermediate: --key %q: want a pkcs11: URI (or no --key for a ca-key.pem file)", key)
 }

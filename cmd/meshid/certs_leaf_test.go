@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/cmd/internal/cli"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // TestCertsLeaf: a minted leaf and key pass `meshid inspect` against the
@@ -25,10 +26,10 @@ func TestCertsLeaf(t *testing.T) {
 	id := "spiffe://cluster.local/ns/shop/sa/cart"
 	cert, key, roots := filepath.Join(dir, "cart.pem"), filepath.Join(dir, "cart-key.pem"), filepath.Join(dir, "roots.pem")
 	meshidOK(t, "certs", "leaf", "--id", id, "--ca-dir", west, "--ttl", "2h", "--out-cert", cert, "--out-key", key, "--out-roots", roots)
-	if m := filePerm(t, key); m != 0o600 {
+	if m := testkit.FilePerm(t, key); m != 0o600 {
 		t.Errorf("key mode %o", m)
 	}
-	chain := readPEMCerts(t, cert)
+	chain := testkit.ReadCerts(t, cert)
 	if len(chain) != 2 || chain[0].URIs[0].String() != id || !chain[0].NotAfter.Equal(cliNow.Add(2*time.Hour)) {
 		t.Fatalf("chain of %d, leaf %v until %v", len(chain), chain[0].URIs, chain[0].NotAfter)
 	}

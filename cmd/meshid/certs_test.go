@@ -20,6 +20,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // cliNow is the fixed time of the certs and inspect command tests.
@@ -63,28 +64,6 @@ func meshidOK(t *testing.T, args ...string) string {
 	return out
 }
 
-func readPEMCerts(t *testing.T, path string) []*x509.Certificate {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := certs.ParseCertificates(b)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return cs
-}
-
-func filePerm(t *testing.T, path string) os.FileMode {
-	t.Helper()
-	st, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.Mode().Perm()
-}
-
 func TestCertsRootAndIntermediate(t *testing.T) {
 	withCLIClock(t, cliNow)
 	dir := t.TempDir()
@@ -93,8 +72,8 @@ func TestCertsRootAndIntermediate(t *testing.T) {
 	if !strings.Contains(out, "root-key.pem") {
 		t.Errorf("root output does not list the key: %s", out)
 	}
-	root := readPEMCerts(t, filepath.Join(rootDir, "root-cert.pem"))[0]
-	if m := filePerm(t, filepath.Join(rootDir, "root-key.pem")); m != 0o600 {
+	root := testkit.ReadCerts(t, filepath.Join(rootDir, "root-cert.pem"))[0]
+	if m := testkit.FilePerm(t, filepath.Join(rootDir, "root-key.pem")); m != 0o600 {
 		t.Errorf("root-key.pem mode %o, want 600", m)
 	}
 	if !root.IsCA || !root.BasicConstraintsValid || root.MaxPathLen != -1 ||
@@ -109,7 +88,7 @@ func TestCertsRootAndIntermediate(t *testing.T) {
 	}
 
 	meshidOK(t, "certs", "intermediate", "--root", rootDir, "--out", west, "--name", "west")
-	inter := readPEMCerts(t, filepath.Join(west, "ca-cert.pem"))[0]
+	inter := testkit.ReadCerts(t, filepath.Join(west, "ca-cert.pem"))[0]
 	if !inter.IsCA || inter.MaxPathLen != 0 || !inter.MaxPathLenZero {
 		t.Errorf("intermediate: CA %t, pathlen %d (zero %t), want CA with pathlen 0", inter.IsCA, inter.MaxPathLen, inter.MaxPathLenZero)
 	}
@@ -122,14 +101,14 @@ func TestCertsRootAndIntermediate(t *testing.T) {
 	if err := inter.CheckSignatureFrom(root); err != nil {
 		t.Errorf("intermediate not signed by the root: %v", err)
 	}
-	chain := readPEMCerts(t, filepath.Join(west, "cert-chain.pem"))
+	chain := testkit.ReadCerts(t, filepath.Join(west, "cert-chain.pem"))
 	if len(chain) != 2 || !chain[0].Equal(inter) || !chain[1].Equal(root) {
 		t.Errorf("cert-chain.pem holds %d certificates, want the intermediate then the root", len(chain))
 	}
-	if rs := readPEMCerts(t, filepath.Join(west, "root-cert.pem")); len(rs) != 1 || !rs[0].Equal(root) {
+	if rs := testkit.ReadCerts(t, filepath.Join(west, "root-cert.pem")); len(rs) != 1 || !rs[0].Equal(root) {
 		t.Error("root-cert.pem is not the root")
 	}
-	if m := filePerm(t, filepath.Join(west, "ca-key.pem")); m != 0o600 {
+	if m := testkit.FilePerm(t, filepath.Join(west, "ca-key.pem")); m != 0o600 {
 		t.Errorf("ca-key.pem mode %o, want 600", m)
 	}
 	// What `meshid server --ca-dir` loads.
@@ -170,7 +149,7 @@ func TestCertsKeyTypes(t *testing.T) {
 				}
 				return
 			}
-			if c := readPEMCerts(t, filepath.Join(dir, "root-cert.pem"))[0]; !tc.check(c.PublicKey) {
+			if c := testkit.ReadCerts(t, filepath.Join(dir, "root-cert.pem"))[0]; !tc.check(c.PublicKey) {
 				t.Fatalf("key %s", certs.KeyTypeOf(c.PublicKey))
 			}
 		})
@@ -233,7 +212,7 @@ func TestCertsRefusals(t *testing.T) {
 	}
 	long := filepath.Join(dir, "long")
 	meshidOK(t, "certs", "intermediate", "--root", rootDir, "--out", long, "--name", "long", "--ttl", "8761h", "--allow-outlive")
-	if c := readPEMCerts(t, filepath.Join(long, "ca-cert.pem"))[0]; !c.NotAfter.Equal(cliNow.Add(-catool.Backdate + 8761*time.Hour)) {
+	if c := testkit.ReadCerts(t, filepath.Join(long, "ca-cert.pem"))[0]; !c.NotAfter.Equal(cliNow.Add(-catool.Backdate + 8761*time.Hour)) {
 		t.Fatalf("--allow-outlive: NotAfter %v, want %v", c.NotAfter, cliNow.Add(-catool.Backdate+8761*time.Hour))
 	}
 
@@ -284,7 +263,7 @@ func TestCertsMakefile(t *testing.T) {
 	}
 	runMake("root-ca")
 	runMake("west-cacerts", "east-cacerts")
-	root := readPEMCerts(t, filepath.Join(work, "root-cert.pem"))[0]
+	root := testkit.ReadCerts(t, filepath.Join(work, "root-cert.pem"))[0]
 	for _, cluster := range []string{"west", "east"} {
 		b, err := keystore.LoadDir(filepath.Join(work, cluster), time.Now())
 		if err != nil {

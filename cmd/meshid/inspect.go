@@ -2,16 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/cmd/internal/cli"
@@ -25,12 +22,6 @@ import (
 // inspectClock is the time `meshid inspect` checks validity at; tests set
 // a fake clock so that golden output is stable.
 var inspectClock clock.Clock = clock.Real{}
-
-// Exit codes of `meshid inspect`, for scripts and monitoring.
-const (
-	exitInspectExpiring = 3 // all valid, but something expires within --expires-within
-	exitInspectInvalid  = 4 // something is invalid or expired
-)
 
 type inspectFlags struct {
 	sds           string
@@ -140,18 +131,14 @@ func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
 		cfg.Sources = append(cfg.Sources, src)
 	}
 	if f.workloadAPI != "" {
-		socket, timeout := f.workloadAPI, f.timeout
-		cfg.Sources = append(cfg.Sources, func(ctx context.Context) ([]*inspect.Input, error) {
-			return inspect.FetchWorkloadAPI(ctx, socket, timeout)
-		})
+		cfg.Sources = append(cfg.Sources, inspect.WorkloadAPI(f.workloadAPI, f.timeout))
 	}
 	rep, err := inspect.Run(cmd.Context(), cfg)
 	if err != nil {
 		return err
 	}
-	code := map[inspect.Status]int{inspect.StatusInvalid: exitInspectInvalid, inspect.StatusExpiring: exitInspectExpiring}[rep.Status]
 	if err := rep.Err(); err != nil {
-		return &cli.ExitCodeError{Code: code, Err: err}
+		return &cli.ExitCodeError{Code: rep.ExitCode(), Err: err}
 	}
 	return nil
 }
@@ -159,13 +146,11 @@ func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
 // podSource is the Source of --pod NS/NAME: the agent's /debug/secrets
 // through a port-forward.
 func podSource(f *inspectFlags) (inspect.Source, error) {
-	ns, name, ok := strings.Cut(f.pod, "/")
-	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		return nil, cli.Usage(fmt.Errorf("inspect: --pod %q: want NAMESPACE/NAME", f.pod))
+	ns, name, err := podagent.ParseRef(f.pod)
+	if err != nil {
+		return nil, cli.Usage(fmt.Errorf("inspect: --pod %v", err))
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.kubeconfig
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	rc, err := podagent.LoadREST(f.kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: --pod needs a cluster (--kubeconfig): %v", err)
 	}
@@ -183,11 +168,5 @@ func inspectCA(cmd *cobra.Command, socket string, format inspect.Format, timeout
 	if err != nil {
 		return fmt.Errorf("inspect: --ca %s: %w", socket, err)
 	}
-	if format == inspect.FormatJSON {
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		return enc.Encode(st)
-	}
-	st.Format(cmd.OutOrStdout(), inspectClock.Now())
-	return nil
+	return st.Print(cmd.OutOrStdout(), inspectClock.Now(), format == inspect.FormatJSON)
 }

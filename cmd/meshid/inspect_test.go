@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/inspect"
 	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
 )
@@ -74,18 +74,8 @@ func (h cliHierarchy) authority(t *testing.T, clk clock.Clock) *ca.Authority {
 // and the intermediate (and the key, when withKey) to a file.
 func (h cliHierarchy) writeLeaf(t *testing.T, name string, issuedAt time.Time, ttl time.Duration, withKey bool) string {
 	t.Helper()
-	key, err := certs.GenerateKey(certs.ECP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := certs.NewCSR(key, spiffeid.RequireFromString(testWorkload))
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := x509.ParseCertificateRequest(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := testkit.Key(t, certs.ECP256)
+	csr := testkit.CSR(t, key, spiffeid.RequireFromString(testWorkload))
 	chain, _, err := testkit.AuthoritySigner{Authority: h.authority(t, clock.NewFake(issuedAt)), Caller: "default/default (test)"}.Sign(context.Background(), csr, ttl)
 	if err != nil {
 		t.Fatal(err)
@@ -307,7 +297,7 @@ func TestInspectSDS(t *testing.T) {
 	other := filepath.Join(h.dir, "other")
 	meshidOK(t, "certs", "root", "--out", other)
 	out, _, code := meshidRun(t, nil, "inspect", "--sds", sock, "--roots", filepath.Join(other, "root-cert.pem"))
-	if code != exitInspectInvalid || !strings.Contains(out, "unknown issuer") {
+	if code != inspect.ExitInvalid || !strings.Contains(out, "unknown issuer") {
 		t.Fatalf("foreign --roots: exit %d\n%s", code, out)
 	}
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/spf13/pflag"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -33,18 +32,9 @@ func (f *clusterFlags) apply(cfg *caserver.Config) error {
 	cfg.ClusterID = f.clusterID
 	cfg.RemoteSecrets = f.remoteSecrets
 	cfg.InsecureKubeconfigOptions = f.insecureOptions
-	for _, kv := range f.remoteKubeconfigs {
-		id, path, ok := strings.Cut(kv, "=")
-		if !ok || id == "" || path == "" {
-			return fmt.Errorf("--remote-kubeconfig %q: want ID=PATH", kv)
-		}
-		if _, dup := cfg.RemoteKubeconfigs[id]; dup {
-			return fmt.Errorf("--remote-kubeconfig: cluster %s given twice", id)
-		}
-		if cfg.RemoteKubeconfigs == nil {
-			cfg.RemoteKubeconfigs = map[string]string{}
-		}
-		cfg.RemoteKubeconfigs[id] = path
+	var err error
+	if cfg.RemoteKubeconfigs, err = cluster.ParseKubeconfigs(f.remoteKubeconfigs); err != nil {
+		return fmt.Errorf("--remote-kubeconfig: %w", err)
 	}
 	for _, a := range f.tdAliases {
 		td, err := spiffeid.TrustDomainFromString(a)

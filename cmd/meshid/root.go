@@ -33,7 +33,9 @@ func newRootCmdWith(stdout, stderr io.Writer, r runners) *cobra.Command {
 	root.SetErr(stderr)
 	// Subcommands are added here, one constructor per file.
 	root.AddCommand(newServerCmd(r.server))
-	root.AddCommand(newAgentCmd(r.agent))
+	// `meshid agent` is the lean meshid-agent binary's command
+	// (cmd/meshid-agent), kept in the full CLI as an alias.
+	root.AddCommand(cli.AgentCommand("agent", r.agent))
 	root.AddCommand(newDevCmd())
 	root.AddCommand(newInspectCmd())
 	root.AddCommand(newCertsCmd())

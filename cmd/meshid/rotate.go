@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -43,13 +42,7 @@ func newRotationCmds() []*cobra.Command {
 				if err != nil {
 					return err
 				}
-				if output == "json" {
-					enc := json.NewEncoder(cmd.OutOrStdout())
-					enc.SetIndent("", "  ")
-					return enc.Encode(st)
-				}
-				st.Format(cmd.OutOrStdout(), time.Now())
-				return nil
+				return st.Print(cmd.OutOrStdout(), time.Now(), output == "json")
 			},
 		}
 		cmd.Flags().StringVar(&socket, "admin-socket", "", "the server's --admin-socket")

@@ -159,25 +159,31 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 	if v, ok := lookup("GOGC"); ok && v != "" {
 		cfg.GCPercent = -1 // the runtime applied the operator's GOGC: caserver keeps it
 	}
-	if cfg.TokenVerification, err = boundtoken.ParseMode(f.tokenVerification); err != nil {
-		return caserver.Config{}, fmt.Errorf("--token-verification: %w", err)
-	}
-	f.rotation.apply(&cfg)
-	if cfg.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
-		return caserver.Config{}, fmt.Errorf("--root-configmap-namespaces: %w", err)
-	}
-	if cfg.TrustedNodeAccounts, err = nodeauth.ParseTrustedAccounts(f.trustedNodeAccounts); err != nil {
-		return caserver.Config{}, fmt.Errorf("--trusted-node-accounts: %w", err)
-	}
-	if err := f.cluster.apply(&cfg); err != nil {
+	if err := f.applyParsed(&cfg); err != nil {
 		return caserver.Config{}, err
 	}
-	if f.caKey != "" {
-		if cfg.CAKey, err = pkcs11.ParseURI(f.caKey); err != nil {
-			return caserver.Config{}, fmt.Errorf("--ca-key: %w", err)
-		}
-	}
 	return cfg, nil
+}
+
+// applyParsed sets cfg's fields parsed from strings, and the flag groups'.
+func (f *serverFlags) applyParsed(cfg *caserver.Config) (err error) {
+	if cfg.TokenVerification, err = boundtoken.ParseMode(f.tokenVerification); err != nil {
+		return fmt.Errorf("--token-verification: %w", err)
+	}
+	f.rotation.apply(cfg)
+	if cfg.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
+		return fmt.Errorf("--root-configmap-namespaces: %w", err)
+	}
+	if cfg.TrustedNodeAccounts, err = nodeauth.ParseTrustedAccounts(f.trustedNodeAccounts); err != nil {
+		return fmt.Errorf("--trusted-node-accounts: %w", err)
+	}
+	if err := f.cluster.apply(cfg); err != nil {
+		return err
+	}
+	if cfg.CAKey, err = pkcs11.ParseOptionalURI(f.caKey); err != nil {
+		return fmt.Errorf("--ca-key: %w", err)
+	}
+	return nil
 }
 
 // serverRun runs a CA built from cfg; tests replace it to see the Config.

@@ -154,6 +154,25 @@ func LoadRoots(path string) ([]*x509.Certificate, error) {
 	return ins[0].Certs, nil
 }
 
+// Exit statuses of `meshid inspect` beyond the CLI's 0, 1 and 2, for
+// scripts and monitoring.
+const (
+	ExitExpiring = 3 // all valid, but something expires within the window
+	ExitInvalid  = 4 // something is invalid or expired
+)
+
+// ExitCode is the exit status the report calls for: 0, ExitExpiring or
+// ExitInvalid.
+func (r *Report) ExitCode() int {
+	switch r.Status {
+	case StatusInvalid:
+		return ExitInvalid
+	case StatusExpiring:
+		return ExitExpiring
+	}
+	return 0
+}
+
 // Err is nil when every input is valid and none expires within the
 // window; otherwise it says how many are invalid or expiring.
 func (r *Report) Err() error {

@@ -44,6 +44,9 @@ func TestRunSources(t *testing.T) {
 	if rep.Status != inspect.StatusExpiring || rep.Err() == nil || !strings.Contains(rep.Err().Error(), "1 of 3 input(s) expire within 24h") {
 		t.Fatalf("status %s, err %v", rep.Status, rep.Err())
 	}
+	if rep.ExitCode() != inspect.ExitExpiring {
+		t.Fatalf("exit code %d, want %d", rep.ExitCode(), inspect.ExitExpiring)
+	}
 	var decoded inspect.Report
 	if err := json.Unmarshal(out.Bytes(), &decoded); err != nil || len(decoded.Results) != 3 {
 		t.Fatalf("JSON output: %v", err)
@@ -67,5 +70,13 @@ func TestRunErrors(t *testing.T) {
 	}
 	if _, err := inspect.ParseFormat("pem"); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	for status, want := range map[inspect.Status]int{inspect.StatusOK: 0, inspect.StatusExpiring: 3, inspect.StatusInvalid: 4} {
+		if got := (&inspect.Report{Status: status}).ExitCode(); got != want {
+			t.Errorf("%s: exit code %d, want %d", status, got, want)
+		}
 	}
 }

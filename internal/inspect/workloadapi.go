@@ -13,6 +13,11 @@ import (
 // OriginWorkloadAPI is an input read from the SPIFFE Workload API.
 const OriginWorkloadAPI Origin = "workload-api"
 
+// WorkloadAPI is the Source of FetchWorkloadAPI (--workload-api).
+func WorkloadAPI(socket string, timeout time.Duration) Source {
+	return func(ctx context.Context) ([]*Input, error) { return FetchWorkloadAPI(ctx, socket, timeout) }
+}
+
 // FetchWorkloadAPI reads what the SPIFFE Workload API on the Unix socket
 // serves an application, with go-spiffe's own client (so it works against
 // meshid's agent and SPIRE alike): each X.509-SVID as a chain with its key,

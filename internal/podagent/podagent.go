@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
 )
@@ -197,4 +198,22 @@ func flagValue(args []string, name string) (string, bool) {
 		}
 	}
 	return v, found
+}
+
+// ParseRef splits a pod named NAMESPACE/NAME (meshid inspect --pod).
+func ParseRef(ref string) (namespace, name string, err error) {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("%q: want NAMESPACE/NAME", ref)
+	}
+	return ns, name, nil
+}
+
+// LoadREST is the client configuration kubectl would use: the kubeconfig
+// file, else client-go's default loading rules ($KUBECONFIG, then
+// ~/.kube/config).
+func LoadREST(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 }

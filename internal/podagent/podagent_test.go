@@ -57,3 +57,14 @@ func TestNewValidates(t *testing.T) {
 		t.Error("no REST config accepted")
 	}
 }
+
+func TestParseRef(t *testing.T) {
+	if ns, name, err := podagent.ParseRef("shop/cart-7d9f"); err != nil || ns != "shop" || name != "cart-7d9f" {
+		t.Fatalf("ParseRef = %q %q %v", ns, name, err)
+	}
+	for _, bad := range []string{"", "cart", "shop/", "/cart", "a/b/c", "/", strings.Repeat("a/", 1000)} {
+		if _, _, err := podagent.ParseRef(bad); err == nil || !strings.Contains(err.Error(), "want NAMESPACE/NAME") {
+			t.Errorf("ParseRef(%.20q) = %v, want a NAMESPACE/NAME error", bad, err)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // discard drops the logs of in-process components.
@@ -40,15 +41,8 @@ func newAuthority(t testing.TB, clk clock.Clock) *ca.Authority {
 // would after authenticating id.
 func issueLeaf(t testing.TB, a *ca.Authority, id spiffeid.ID, ttl time.Duration) (*ca.Issued, crypto.Signer) {
 	t.Helper()
-	key, err := certs.GenerateKey(certs.ECP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := certs.NewCSR(key, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := ca.ParseCSR(certs.EncodeCSR(der))
+	key := testkit.Key(t, certs.ECP256)
+	csr, err := ca.ParseCSR(testkit.CSRPEM(t, key, id))
 	if err != nil {
 		t.Fatal(err)
 	}

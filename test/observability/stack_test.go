@@ -92,15 +92,7 @@ func (c *ca) client(t *testing.T, tokenFile string) *caclient.Client {
 // csr is a fresh CSR for ns/sa.
 func csr(t *testing.T, ns, sa string) *x509.CertificateRequest {
 	t.Helper()
-	der, err := certs.NewCSR(testkit.Key(t, certs.ECP256), spiffeid.RequireFromString("spiffe://cluster.local/ns/"+ns+"/sa/"+sa))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := x509.ParseCertificateRequest(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return req
+	return testkit.CSR(t, testkit.Key(t, certs.ECP256), spiffeid.RequireFromString("spiffe://cluster.local/ns/"+ns+"/sa/"+sa))
 }
 
 // runAgent runs a real agent (sds/agent) for ns/sa against caAddr, its

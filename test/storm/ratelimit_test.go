@@ -20,6 +20,7 @@ import (
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // TestRateLimitBurst sends a burst of 2,000 concurrent CreateCertificate
@@ -151,13 +152,5 @@ func (s *caServer) api(t *testing.T) securityv1alpha1.IstioCertificateServiceCli
 // csrPEM returns a PEM CSR for id with a fresh ec-p256 key.
 func csrPEM(t *testing.T, id spiffeid.ID) string {
 	t.Helper()
-	key, err := certs.GenerateKey(certs.ECP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := certs.NewCSR(key, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(certs.EncodeCSR(der))
+	return string(testkit.CSRPEM(t, testkit.Key(t, certs.ECP256), id))
 }

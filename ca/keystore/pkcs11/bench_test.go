@@ -4,7 +4,6 @@ package pkcs11_test
 
 import (
 	"context"
-	"crypto/x509"
 	"log/slog"
 	"testing"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11/softhsm"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // BenchmarkSignModule compares leaf issuance through ca.Authority with the
@@ -48,20 +48,8 @@ func benchSign(b *testing.B, bundle *keystore.Bundle) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	leafKey, err := certs.GenerateKey(certs.ECP256)
-	if err != nil {
-		b.Fatal(err)
-	}
 	id := spiffeid.RequireFromPath(td, "/ns/default/sa/web")
-	der, err := certs.NewCSR(leafKey, id)
-	if err != nil {
-		b.Fatal(err)
-	}
-	parsed, err := x509.ParseCertificateRequest(der)
-	if err != nil {
-		b.Fatal(err)
-	}
-	csr, err := ca.VerifyCSR(parsed)
+	csr, err := ca.VerifyCSR(testkit.CSR(b, testkit.Key(b, certs.ECP256), id))
 	if err != nil {
 		b.Fatal(err)
 	}

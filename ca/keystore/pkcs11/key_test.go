@@ -29,6 +29,7 @@ import (
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 var td = spiffeid.RequireTrustDomainFromString("cluster.local")
@@ -72,20 +73,8 @@ func hsmAuthority(t testing.TB, key *pkcs11.Key) (*ca.Authority, string) {
 
 func signLeaf(t testing.TB, a *ca.Authority) (*ca.Issued, error) {
 	t.Helper()
-	key, err := certs.GenerateKey(certs.ECP256)
-	if err != nil {
-		t.Fatal(err)
-	}
 	id := spiffeid.RequireFromPath(td, "/ns/default/sa/web")
-	der, err := certs.NewCSR(key, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parsed, err := x509.ParseCertificateRequest(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := ca.VerifyCSR(parsed)
+	csr, err := ca.VerifyCSR(testkit.CSR(t, testkit.Key(t, certs.ECP256), id))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -287,3 +287,15 @@ func checkModule(path string) error {
 	}
 	return nil
 }
+
+// ParseOptionalURI is a key that may live in a module: nil for "" (a key
+// file), else the parsed PKCS#11 URI; any other string is refused.
+func ParseOptionalURI(s string) (*URI, error) {
+	switch {
+	case s == "":
+		return nil, nil
+	case IsURI(s):
+		return ParseURI(s)
+	}
+	return nil, fmt.Errorf("%q: want a pkcs11: URI", clip(s))
+}

@@ -160,6 +160,21 @@ func TestIsURI(t *testing.T) {
 	}
 }
 
+func TestParseOptionalURI(t *testing.T) {
+	if u, err := pkcs11.ParseOptionalURI(""); u != nil || err != nil {
+		t.Fatalf("empty: %v %v", u, err)
+	}
+	u, err := pkcs11.ParseOptionalURI("pkcs11:token=meshid;object=ca?module-path=/m.so&pin-source=/pin")
+	if err != nil || u == nil || u.String() == "" {
+		t.Fatalf("URI: %v %v", u, err)
+	}
+	for _, bad := range []string{"/etc/ca-key.pem", "PKCS11:token=t", "pkcs11:token=t?module-path=relative", strings.Repeat("x", 1<<16)} {
+		if u, err := pkcs11.ParseOptionalURI(bad); u != nil || err == nil || len(err.Error()) > 300 {
+			t.Errorf("%.40q: %v %.300v", bad, u, err)
+		}
+	}
+}
+
 func FuzzParseURI(f *testing.F) {
 	f.Add("pkcs11:token=meshid;object=ca?module-path=/m.so&pin-source=/pin")
 	f.Add("pkcs11:serial=1;id=%01%02;type=private?pin-source=file:///p&module-path=/m")

@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/test/kube/harness"
 )
 
@@ -399,15 +400,7 @@ func cloneClaims(c map[string]any) map[string]any {
 // pregenCSR is one CSR for id, PEM, reused by a flood of requests.
 func pregenCSR(t *testing.T, id spiffeid.ID) string {
 	t.Helper()
-	key, err := certs.GenerateKey(certs.ECP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := certs.NewCSR(key, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(certs.EncodeCSR(der))
+	return string(testkit.CSRPEM(t, testkit.Key(t, certs.ECP256), id))
 }
 
 // signCSR sends csr with token and returns the error.

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/test/kube/harness"
 )
 
@@ -120,15 +120,7 @@ func (s *caServer) connect(t *testing.T, roots []*x509.Certificate) {
 // stateRoots reads the root the server wrote into its --state-dir.
 func (s *caServer) stateRoots(t *testing.T) []*x509.Certificate {
 	t.Helper()
-	pemData, err := os.ReadFile(filepath.Join(s.stateDir, "root-cert.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots, err := certs.ParseCertificates(pemData)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return roots
+	return testkit.ReadCerts(t, filepath.Join(s.stateDir, "root-cert.pem"))
 }
 
 // sign sends a CSR for id with token as the bearer credential and returns

@@ -49,15 +49,8 @@ func fleet(tb testing.TB, name string, n int) []request {
 	if err := cluster.CreateServiceAccount(ctx, name, sa); err != nil {
 		tb.Fatal(err)
 	}
-	key, err := certs.GenerateKey(certs.ECP256)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	der, err := certs.NewCSR(key, spiffeid.RequireFromSegments(trustDomain, "ns", name, "sa", sa))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	csr := string(certs.EncodeCSR(der)) // one key for all: the CA does not track keys
+	// One key for all: the CA does not track keys.
+	csr := string(testkit.CSRPEM(tb, testkit.Key(tb, certs.ECP256), spiffeid.RequireFromSegments(trustDomain, "ns", name, "sa", sa)))
 	out := make([]request, n)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)

@@ -213,4 +213,3 @@ func TestFake(t *testing.T) {
 		t.Fatal("an informer started after Shutdown")
 	}
 }
-

@@ -13,9 +13,9 @@ import (
 	"golang.org/x/sync/singleflight"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/metric"
@@ -41,7 +41,7 @@ const (
 // TokenReviewConfig configures NewTokenReview.
 type TokenReviewConfig struct {
 	// Client talks to the Kubernetes API server. Required.
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	// Audiences are sent as spec.audiences; the review must return at
 	// least one of them. Default ["istio-ca"].
 	Audiences []string
@@ -71,7 +71,7 @@ type TokenReviewConfig struct {
 // API server (TokenReview API). Results are cached by the SHA-256 of the
 // token, so the token itself is never kept in memory longer than a call.
 type TokenReview struct {
-	client      kubernetes.Interface
+	client      kubeclient.Interface
 	audiences   []string
 	issuers     []string // empty: every token
 	ttl, negTTL time.Duration

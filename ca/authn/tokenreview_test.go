@@ -17,13 +17,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
-	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/kubeclient"
+	"github.com/meshid/meshid/ca/kubeclient/fake"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
 )
@@ -312,7 +311,7 @@ func TestTokenReviewCallerCancels(t *testing.T) {
 // mutex, or synctest.Wait (which waits for durably blocked goroutines, and
 // a mutex is not) would never return.
 type lockFreeReviews struct {
-	authenticationv1client.TokenReviewInterface
+	kubeclient.TokenReviewInterface
 	api *fakeAPI
 }
 
@@ -328,20 +327,20 @@ func (r lockFreeReviews) Create(_ context.Context, tr *authenticationv1.TokenRev
 }
 
 type lockFreeAuthn struct {
-	authenticationv1client.AuthenticationV1Interface
+	kubeclient.AuthenticationV1Interface
 	api *fakeAPI
 }
 
-func (a lockFreeAuthn) TokenReviews() authenticationv1client.TokenReviewInterface {
+func (a lockFreeAuthn) TokenReviews() kubeclient.TokenReviewInterface {
 	return lockFreeReviews{a.AuthenticationV1Interface.TokenReviews(), a.api}
 }
 
 type lockFreeClient struct {
-	kubernetes.Interface
+	kubeclient.Interface
 	api *fakeAPI
 }
 
-func (c lockFreeClient) AuthenticationV1() authenticationv1client.AuthenticationV1Interface {
+func (c lockFreeClient) AuthenticationV1() kubeclient.AuthenticationV1Interface {
 	return lockFreeAuthn{c.Interface.AuthenticationV1(), c.api}
 }
 

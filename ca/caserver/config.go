@@ -11,13 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/cluster"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
@@ -114,7 +114,7 @@ type Config struct {
 	Kubeconfig string
 	// KubeClient, when set, is used instead of Kubeconfig, for both
 	// TokenReview and the controllers.
-	KubeClient kubernetes.Interface
+	KubeClient kubeclient.Interface
 	// KubeQPS and KubeBurst limit the TokenReview client's requests to the
 	// API server; 0 takes ca/kube/client's defaults, sized for a restart
 	// storm. The controllers (election, publisher) have a client of their

@@ -6,20 +6,20 @@ import (
 	"fmt"
 	"log/slog"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube"
 	kubeclient "github.com/meshid/meshid/ca/kube/client"
+	kubeapi "github.com/meshid/meshid/ca/kubeclient"
 )
 
 // kubeClients are the CA's two Kubernetes clients: auth sends
 // TokenReviews, controllers serves election, the publisher and informers,
 // each with its own rate limit so that neither starves the other.
 type kubeClients struct {
-	auth, controllers kubernetes.Interface
+	auth, controllers kubeapi.Interface
 	// metadata serves the bound-token verifier's informers, at the
 	// controllers' rate limit; nil with Config.KubeClient.
 	metadata metadata.Interface
@@ -52,7 +52,7 @@ type kubeStack struct {
 
 // newKubeStack builds the Controller: with roots nil it keeps the CA in a
 // Secret (KubeCASecret); otherwise it publishes roots' bundle.
-func newKubeStack(cfg Config, kc kubernetes.Interface, roots kube.RootSource) (*kubeStack, error) {
+func newKubeStack(cfg Config, kc kubeapi.Interface, roots kube.RootSource) (*kubeStack, error) {
 	kcfg := kube.Config{
 		Client:            kc,
 		Namespace:         cfg.Namespace,

@@ -7,10 +7,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/ca/kubeclient/fake"
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/testkit"

@@ -7,18 +7,18 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/meshid/meshid/ca/authn"
-	kubeclient "github.com/meshid/meshid/ca/kube/client"
+	kclient "github.com/meshid/meshid/ca/kube/client"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/nodeauth"
 )
 
 // newRemote builds cluster id's TokenReview client and reviewer (with a
 // review cache of its own) and, in node mode, its node authorization.
 func (r *Router) newRemote(id string, rc *rest.Config) (*remote, error) {
-	client, err := kubernetes.NewForConfig(limited(rc, r.cfg.QPS, r.cfg.Burst, "tokenreview"))
+	client, err := kubeclient.New(limited(rc, r.cfg.QPS, r.cfg.Burst, "tokenreview"))
 	if err != nil {
 		return nil, fmt.Errorf("TokenReview client: %w", err)
 	}
@@ -38,7 +38,7 @@ func (r *Router) newRemote(id string, rc *rest.Config) (*remote, error) {
 	if len(r.cfg.TrustedNodeAccounts) == 0 {
 		return rem, nil
 	}
-	pods, err := kubernetes.NewForConfig(limited(rc, kubeclient.DefaultControllerQPS, kubeclient.DefaultControllerBurst, "controllers"))
+	pods, err := kubeclient.New(limited(rc, kclient.DefaultControllerQPS, kclient.DefaultControllerBurst, "controllers"))
 	if err != nil {
 		return nil, fmt.Errorf("pods client: %w", err)
 	}
@@ -57,7 +57,7 @@ func limited(rc *rest.Config, qps float32, burst int, use string) *rest.Config {
 	c := rest.CopyConfig(rc)
 	c.QPS, c.Burst = qps, burst
 	c.RateLimiter = nil
-	c.UserAgent = kubeclient.DefaultUserAgent + "/remote-" + use
+	c.UserAgent = kclient.DefaultUserAgent + "/remote-" + use
 	c.ContentType = "application/vnd.kubernetes.protobuf"
 	c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	return c

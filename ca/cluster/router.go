@@ -13,12 +13,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
@@ -103,7 +103,7 @@ type entry struct {
 // remote is one remote cluster's reviewer and node authorization.
 type remote struct {
 	id       string
-	client   kubernetes.Interface
+	client   kubeclient.Interface
 	reviewer *authn.TokenReview
 	node     *nodeauth.Authorizer // nil without node mode
 	cancel   context.CancelFunc   // stops node; nil until started

@@ -11,9 +11,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshid/meshid/ca/kubeclient"
 )
 
 // LabelMultiCluster marks a remote secret (value "true"), as Istio's
@@ -23,7 +23,7 @@ const LabelMultiCluster = "istio/multiCluster"
 // WatcherConfig configures a Watcher.
 type WatcherConfig struct {
 	// Client lists and watches the remote secrets. Required.
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	// Namespace holds the remote secrets: the CA's own. Required.
 	Namespace string
 	// Router gets the clusters. Required.
@@ -49,7 +49,7 @@ type WatcherConfig struct {
 type Watcher struct {
 	cfg      WatcherConfig
 	log      *slog.Logger
-	factory  informers.SharedInformerFactory
+	factory  *kubeclient.InformerFactory
 	informer cache.SharedIndexInformer
 
 	mu    sync.Mutex
@@ -71,10 +71,10 @@ func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
-		informers.WithNamespace(cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelMultiCluster + "=true" }))
-	w := &Watcher{cfg: cfg, log: cfg.Logger, factory: factory, informer: factory.Core().V1().Secrets().Informer(), owned: map[string]map[string][32]byte{}}
+	factory := kubeclient.NewInformerFactory(cfg.Client, 0,
+		kubeclient.WithNamespace(cfg.Namespace),
+		kubeclient.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelMultiCluster + "=true" }))
+	w := &Watcher{cfg: cfg, log: cfg.Logger, factory: factory, informer: factory.Secrets().Informer(), owned: map[string]map[string][32]byte{}}
 	_, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.onSecret(obj) },
 		UpdateFunc: func(_, obj any) { w.onSecret(obj) },

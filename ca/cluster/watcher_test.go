@@ -7,12 +7,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/cluster"
+	"github.com/meshid/meshid/ca/kubeclient/fake"
 	"github.com/meshid/meshid/internal/testkit"
 )
 

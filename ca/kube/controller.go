@@ -14,12 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube/election"
 	"github.com/meshid/meshid/ca/kube/rootpublisher"
 	"github.com/meshid/meshid/ca/kube/secretstore"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 )
@@ -48,7 +48,7 @@ const DefaultRootPollInterval = time.Second
 type Config struct {
 	// Client is the controllers' client (ca/kube/client's Controllers),
 	// never the one that sends TokenReviews. Required.
-	Client    kubernetes.Interface
+	Client    kubeclient.Interface
 	Namespace string // the CA's namespace (POD_NAMESPACE); required
 	Identity  string // this replica, e.g. the pod name; required
 	// TrustDomain names the self-signed root; required without Roots.

@@ -12,11 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/kubeclient"
+	"github.com/meshid/meshid/ca/kubeclient/fake"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/testkit"
@@ -85,8 +85,8 @@ func BenchmarkInformerMemory(b *testing.B) {
 					stop = testkit.Start(b, "node authorizer", a.Run)
 					synced = a.HasSynced
 				} else {
-					f := informers.NewSharedInformerFactory(client, 0)
-					inf := f.Core().V1().Pods().Informer()
+					f := kubeclient.NewInformerFactory(client, 0)
+					inf := f.Pods().Informer()
 					if err := inf.AddIndexers(cache.Indexers{"node": func(o any) ([]string, error) { return []string{o.(*corev1.Pod).Spec.NodeName}, nil }}); err != nil {
 						b.Fatal(err)
 					}

@@ -13,12 +13,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/identity"
 )
 
@@ -50,7 +49,7 @@ type Config struct {
 	// Client reads pods: the informer's list and watch, and direct reads
 	// until the informer has synced. It needs get, list and watch on pods
 	// in every namespace. Required.
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	// TrustDomain is the CA's trust domain; an impersonated identity in
 	// any other is refused. Required.
 	TrustDomain spiffeid.TrustDomain
@@ -65,10 +64,10 @@ type Config struct {
 type Authorizer struct {
 	trusted  map[identity.ServiceAccount]bool
 	td       spiffeid.TrustDomain
-	client   kubernetes.Interface
+	client   kubeclient.Interface
 	timeout  time.Duration
 	log      *slog.Logger
-	factory  informers.SharedInformerFactory
+	factory  *kubeclient.InformerFactory
 	informer cache.SharedIndexInformer
 	counts   map[string]prometheus.Counter
 }
@@ -99,8 +98,8 @@ func New(cfg Config) (*Authorizer, error) {
 		}
 		trusted[sa] = true
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTransform(slimPod))
-	inf := factory.Core().V1().Pods().Informer()
+	factory := kubeclient.NewInformerFactory(cfg.Client, 0, kubeclient.WithTransform(slimPod))
+	inf := factory.Pods().Informer()
 	if err := inf.AddIndexers(cache.Indexers{indexNodeAccount: nodeAccountIndex}); err != nil {
 		return nil, fmt.Errorf("nodeauth: pod index: %w", err)
 	}

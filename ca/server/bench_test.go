@@ -18,10 +18,10 @@ import (
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/kubeclient/fake"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/testkit"
 )

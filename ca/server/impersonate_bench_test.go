@@ -9,9 +9,9 @@ import (
 
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/kubeclient/fake"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"

@@ -14,11 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+
+	"github.com/meshid/meshid/ca/kubeclient"
 )
 
 // Defaults of Config.
@@ -42,7 +43,7 @@ type Config struct {
 // Agent is a pod's agent, reachable through the API server.
 type Agent struct {
 	cfg    Config
-	client kubernetes.Interface
+	client kubeclient.Interface
 }
 
 // New validates cfg.
@@ -62,7 +63,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = DefaultMaxBody
 	}
-	client, err := kubernetes.NewForConfig(cfg.REST)
+	client, err := kubeclient.New(cfg.REST)
 	if err != nil {
 		return nil, fmt.Errorf("podagent: %v", err)
 	}

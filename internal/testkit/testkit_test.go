@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -197,15 +196,7 @@ func TestClockWaits(t *testing.T) {
 // (test helpers) nor the bench tools (which bring the charts); see
 // docs/architecture.md.
 func TestStaysOutOfBinaries(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "github.com/meshid/meshid/cmd/meshid", "github.com/meshid/meshid/cmd/meshid-agent").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	deps := strings.Fields(string(out))
-	if len(deps) < 10 {
-		t.Fatalf("go list -deps listed %d packages", len(deps))
-	}
-	for _, dep := range deps {
+	for _, dep := range testkit.Deps(t, "github.com/meshid/meshid/cmd/meshid", "github.com/meshid/meshid/cmd/meshid-agent") {
 		if dep == "github.com/meshid/meshid/internal/testkit" || strings.HasPrefix(dep, "github.com/meshid/meshid/bench/") {
 			t.Errorf("a production binary links %s", dep)
 		}

@@ -16,10 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/rest"
 
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 )
@@ -96,7 +96,7 @@ func (a *apiServer) key() *ecdsa.PrivateKey {
 }
 
 func (a *apiServer) rest(t *testing.T) rest.Interface {
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: a.srv.URL})
+	cs, err := kubeclient.New(&rest.Config{Host: a.srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package boundtoken
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -10,10 +11,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshid/meshid/ca/kubeclient"
 )
 
 // The resources a bound token names.
@@ -26,21 +27,22 @@ var (
 // objects holds the metadata of every service account and pod (and
 // secret) of the cluster, each slimmed to what the checks read.
 type objects struct {
-	factory metadatainformer.SharedInformerFactory
-	sas     informers.GenericInformer
-	pods    informers.GenericInformer
-	secrets informers.GenericInformer // nil unless WatchSecrets
-	counts  map[string]*atomic.Int64  // resource -> objects held
+	sas     *kubeclient.MetadataInformer
+	pods    *kubeclient.MetadataInformer
+	secrets *kubeclient.MetadataInformer // nil unless WatchSecrets
+	counts  map[string]*atomic.Int64     // resource -> objects held
 }
 
 func newObjects(client metadata.Interface, watchSecrets bool) *objects {
-	f := metadatainformer.NewSharedInformerFactoryWithOptions(client, 0, metadatainformer.WithTransform(slim))
-	o := &objects{factory: f, sas: f.ForResource(serviceAccounts), pods: f.ForResource(pods)}
+	o := &objects{
+		sas:  kubeclient.NewMetadataInformer(client, serviceAccounts, 0, slim),
+		pods: kubeclient.NewMetadataInformer(client, pods, 0, slim),
+	}
 	if watchSecrets {
-		o.secrets = f.ForResource(secrets)
+		o.secrets = kubeclient.NewMetadataInformer(client, secrets, 0, slim)
 	}
 	o.counts = map[string]*atomic.Int64{}
-	for gvr, i := range map[schema.GroupVersionResource]informers.GenericInformer{serviceAccounts: o.sas, pods: o.pods, secrets: o.secrets} {
+	for gvr, i := range map[schema.GroupVersionResource]*kubeclient.MetadataInformer{serviceAccounts: o.sas, pods: o.pods, secrets: o.secrets} {
 		if i == nil {
 			continue
 		}
@@ -90,18 +92,21 @@ func slim(obj any) (any, error) {
 	}, nil
 }
 
-func (o *objects) informers() []informers.GenericInformer {
-	out := []informers.GenericInformer{o.sas, o.pods}
+func (o *objects) informers() []*kubeclient.MetadataInformer {
+	out := []*kubeclient.MetadataInformer{o.sas, o.pods}
 	if o.secrets != nil {
 		out = append(out, o.secrets)
 	}
 	return out
 }
 
+// run runs the informers until ctx ends and they have stopped.
 func (o *objects) run(ctx context.Context) {
-	o.factory.Start(ctx.Done())
-	<-ctx.Done()
-	o.factory.Shutdown()
+	var wg sync.WaitGroup
+	for _, i := range o.informers() {
+		wg.Go(func() { i.Informer().Run(ctx.Done()) })
+	}
+	wg.Wait()
 }
 
 func (o *objects) synced() bool {
@@ -135,7 +140,7 @@ var (
 
 // check reports whether the object ns/name of informer i exists with uid
 // and was not deleted before deletedBefore.
-func check(i informers.GenericInformer, ns, name, uid string, deletedBefore time.Time) error {
+func check(i *kubeclient.MetadataInformer, ns, name, uid string, deletedBefore time.Time) error {
 	obj, err := i.Lister().ByNamespace(ns).Get(name)
 	if err != nil {
 		return errMissing

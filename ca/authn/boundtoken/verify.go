@@ -11,10 +11,10 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
-	"k8s.io/client-go/informers"
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/identity"
 )
 
@@ -270,7 +270,7 @@ func (v *Verifier) checkObjects(b *binding) error {
 	deletedBefore := v.clock.Now().Add(-DeletedLeeway)
 	checks := []struct {
 		what string
-		inf  informers.GenericInformer
+		inf  *kubeclient.MetadataInformer
 		ref  *ref
 	}{
 		{"service account", v.objects.sas, &b.serviceAccount},

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshid/meshid/ca/kubeclient"
 )
 
 // Defaults of Config.
@@ -61,10 +62,10 @@ type Config struct {
 // Clients are the CA's two Kubernetes clients.
 type Clients struct {
 	// Auth sends TokenReviews (and SubjectAccessReviews).
-	Auth kubernetes.Interface
+	Auth kubeclient.Interface
 	// Controllers serves leader election, the root ConfigMap publisher,
 	// the CA Secret store and their informers.
-	Controllers kubernetes.Interface
+	Controllers kubeclient.Interface
 
 	// AuthConfig and ControllerConfig are the configs the clients were
 	// built from (copies; for tests and diagnostics).
@@ -100,10 +101,10 @@ func New(cfg Config) (*Clients, error) {
 		AuthConfig:       withLimits(base, cfg.QPS, cfg.Burst, cfg.UserAgent+"/tokenreview"),
 		ControllerConfig: withLimits(base, cfg.ControllerQPS, cfg.ControllerBurst, cfg.UserAgent+"/controllers"),
 	}
-	if out.Auth, err = kubernetes.NewForConfig(rest.CopyConfig(out.AuthConfig)); err != nil {
+	if out.Auth, err = kubeclient.New(rest.CopyConfig(out.AuthConfig)); err != nil {
 		return nil, fmt.Errorf("client: TokenReview client: %w", err)
 	}
-	if out.Controllers, err = kubernetes.NewForConfig(rest.CopyConfig(out.ControllerConfig)); err != nil {
+	if out.Controllers, err = kubeclient.New(rest.CopyConfig(out.ControllerConfig)); err != nil {
 		return nil, fmt.Errorf("client: controllers client: %w", err)
 	}
 	return out, nil

@@ -11,12 +11,12 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/meshid/meshid/ca/kube/client"
+	"github.com/meshid/meshid/ca/kubeclient"
 )
 
 // writeKubeconfig writes a kubeconfig for server and returns its path.
@@ -34,7 +34,7 @@ func writeKubeconfig(t *testing.T, server string) string {
 	return path
 }
 
-func limiter(t *testing.T, c kubernetes.Interface) flowcontrol.RateLimiter {
+func limiter(t *testing.T, c kubeclient.Interface) flowcontrol.RateLimiter {
 	t.Helper()
 	rl := c.AuthenticationV1().RESTClient().GetRateLimiter()
 	if rl == nil {

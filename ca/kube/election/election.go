@@ -11,9 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/meshid/meshid/ca/kube/election/internal/leaderelection"
+	"github.com/meshid/meshid/ca/kubeclient"
 )
 
 // Defaults, the values client-go's examples and the core controllers use.
@@ -26,7 +26,7 @@ const (
 
 // Config configures an Elector.
 type Config struct {
-	Client    kubernetes.Interface // required
+	Client    kubeclient.Interface // required
 	Namespace string               // the CA's namespace, where the Lease lives; required
 	LeaseName string               // "" = DefaultLeaseName
 	Identity  string               // this replica's identity, e.g. the pod name; required
@@ -176,10 +176,10 @@ func (e *Elector) setLeading(v bool) {
 }
 
 func (e *Elector) newLeaderElector(c *campaign) (*leaderelection.LeaderElector, error) {
-	lock := &resourcelock.LeaseLock{
+	lock := &leaderelection.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.cfg.LeaseName},
 		Client:     e.cfg.Client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
+		LockConfig: leaderelection.ResourceLockConfig{Identity: e.cfg.Identity},
 	}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,

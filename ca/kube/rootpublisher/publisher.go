@@ -20,12 +20,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/metric"
@@ -53,7 +52,7 @@ var ErrNotPublished = errors.New("rootpublisher: root ConfigMap not published")
 
 // Config configures a Publisher.
 type Config struct {
-	Client        kubernetes.Interface // required
+	Client        kubeclient.Interface // required
 	ConfigMapName string               // "" = DefaultConfigMapName
 	Key           string               // data key; "" = DefaultKey
 	// Workers is the number of reconcile goroutines; 0 = 2.
@@ -266,15 +265,15 @@ func (p *Publisher) recovered(ns string) {
 // Run keeps the ConfigMaps until ctx ends; run it only while leading. A
 // Publisher may Run again after a Run returned, but not twice at once.
 func (p *Publisher) Run(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactory(p.cfg.Client, 0)
-	nsInf := factory.Core().V1().Namespaces()
+	factory := kubeclient.NewInformerFactory(p.cfg.Client, 0)
+	nsInf := factory.Namespaces()
 	// ConfigMaps of that one name in all namespaces; a separate factory
 	// because the field selector applies to the whole factory.
-	cmFactory := informers.NewSharedInformerFactoryWithOptions(p.cfg.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	cmFactory := kubeclient.NewInformerFactory(p.cfg.Client, 0,
+		kubeclient.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.cfg.ConfigMapName).String()
 		}))
-	cmInf := cmFactory.Core().V1().ConfigMaps()
+	cmInf := cmFactory.ConfigMaps()
 
 	r := &run{
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(

@@ -17,11 +17,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/metric"
@@ -41,7 +40,7 @@ var ErrNotLoaded = errors.New("secretstore: no CA bundle loaded yet")
 
 // Config configures a Store.
 type Config struct {
-	Client    kubernetes.Interface // required
+	Client    kubeclient.Interface // required
 	Namespace string               // the CA's namespace; required
 
 	SecretName        string // self-signed root Secret; "" = DefaultSecretName
@@ -217,10 +216,10 @@ func (s *Store) Run(ctx context.Context) error {
 
 // newInformer watches the one Secret name in the namespace.
 func (s *Store) newInformer(name string) cache.SharedIndexInformer {
-	inf := coreinformers.NewFilteredSecretInformer(s.cfg.Client, s.cfg.Namespace, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) {
+	inf := kubeclient.NewInformerFactory(s.cfg.Client, 0, kubeclient.WithNamespace(s.cfg.Namespace),
+		kubeclient.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-		})
+		})).Secrets().Informer()
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.reconcile() },
 		UpdateFunc: func(any, any) { s.reconcile() },

@@ -10,11 +10,11 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/testkit"
@@ -53,7 +53,7 @@ func TestNodeModeRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	asCA, err := kubernetes.NewForConfig(cfg)
+	asCA, err := kubeclient.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func startAmbientCA(t *testing.T, authenticator authn.Authenticator) *ambientCA 
 	var err error
 	a.nodeAuth, err = nodeauth.New(nodeauth.Config{
 		TrustedAccounts: []identity.ServiceAccount{ztunnelAccount},
-		Client:          cluster.Client(),
+		Client:          cluster.MeshClient(),
 		TrustDomain:     trustDomain,
 		LookupTimeout:   2 * time.Second,
 		Registerer:      reg,
@@ -155,7 +155,7 @@ func (a *ambientCA) impersonate(ctx context.Context, token string, san, imperson
 
 func tokenReview(t *testing.T) authn.Authenticator {
 	t.Helper()
-	tr, err := authn.NewTokenReview(authn.TokenReviewConfig{Client: cluster.Client(), Audiences: []string{"istio-ca"}})
+	tr, err := authn.NewTokenReview(authn.TokenReviewConfig{Client: cluster.MeshClient(), Audiences: []string{"istio-ca"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func TestAPIServerOutage(t *testing.T) {
 	// The cache expiry is shown in-process, with a fake clock, against the
 	// same real API server: waiting a real minute would only slow the suite.
 	fake := clock.NewFake(time.Now())
-	tr, err := authn.NewTokenReview(authn.TokenReviewConfig{Client: cluster.Client(), Audiences: []string{"istio-ca"}, Clock: fake})
+	tr, err := authn.NewTokenReview(authn.TokenReviewConfig{Client: cluster.MeshClient(), Audiences: []string{"istio-ca"}, Clock: fake})
 	if err != nil {
 		t.Fatal(err)
 	}

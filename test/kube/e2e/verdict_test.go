@@ -41,7 +41,7 @@ func TestTokenReviewVerdictFinalWithJWT(t *testing.T) {
 	if _, err := jwt.Authenticate(ctx, authn.Credentials{Token: gone}); err != nil {
 		t.Fatalf("the offline check alone must accept the deleted pod's token, or this test proves nothing: %v", err)
 	}
-	tr, err := authn.NewTokenReview(authn.TokenReviewConfig{Client: cluster.Client(), Audiences: []string{"istio-ca"}})
+	tr, err := authn.NewTokenReview(authn.TokenReviewConfig{Client: cluster.MeshClient(), Audiences: []string{"istio-ca"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/meshid/meshid/ca/kubeclient"
 )
 
 // DefaultIssuer is the --service-account-issuer of the test cluster, the
@@ -69,6 +71,7 @@ type Cluster struct {
 	etcdURL    string // http://127.0.0.1:<port>
 	admin      *rest.Config
 	client     kubernetes.Interface
+	meshClient kubeclient.Interface
 	kubeconfig string
 	log        *slog.Logger
 }
@@ -239,6 +242,9 @@ func (c *Cluster) configureProcesses() error {
 		return fmt.Errorf("harness: admin client: %w", err)
 	}
 	c.client = client
+	if c.meshClient, err = kubeclient.New(c.admin); err != nil {
+		return fmt.Errorf("harness: admin kubeclient: %w", err)
+	}
 	c.kubeconfig = c.path("admin.kubeconfig")
 	return c.writeKubeconfig(c.kubeconfig, c.pki.adminCert, c.pki.adminKey, "")
 }
@@ -356,6 +362,10 @@ func (c *Cluster) AdminConfig() *rest.Config { return rest.CopyConfig(c.admin) }
 
 // Client is an admin clientset.
 func (c *Cluster) Client() kubernetes.Interface { return c.client }
+
+// MeshClient is an admin client of the type meshid's components take
+// (ca/kubeclient: the CA's narrow clientset), for their Configs.
+func (c *Cluster) MeshClient() kubeclient.Interface { return c.meshClient }
 
 // AdminKubeconfig is the path of a kubeconfig file for the admin user.
 func (c *Cluster) AdminKubeconfig() string { return c.kubeconfig }

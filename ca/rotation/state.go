@@ -17,6 +17,7 @@ type state struct {
 	preparedAt time.Time
 	activateAt time.Time
 	retiring   []retiring // old roots still trusted for the leaves they signed
+	since      time.Time  // when the phase started; zero before the first step
 }
 
 // retiring is an old root and when it leaves the bundle.

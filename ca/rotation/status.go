@@ -44,7 +44,10 @@ type Root struct {
 
 // Status is a snapshot of the rotation, for `meshid inspect --ca`.
 type Status struct {
-	Phase    Phase
+	Phase Phase
+	// Since is when the phase started (the start of the process when no
+	// step was taken and no saved state restored).
+	Since    time.Time
 	Signing  *x509.Certificate // the CA certificate that signs leaves now
 	Prepared *x509.Certificate // the prepared CA certificate; nil when none
 	// ActivateAt is when the prepared CA signs; zero when none.
@@ -67,7 +70,7 @@ func (r *Rotation) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.st
-	st := Status{Phase: s.phase(), Signing: s.current.Cert, Stuck: r.stuck, Steps: map[string]int{}}
+	st := Status{Phase: s.phase(), Since: s.since, Signing: s.current.Cert, Stuck: r.stuck, Steps: map[string]int{}}
 	for k, v := range r.steps {
 		st.Steps[k] = v
 	}

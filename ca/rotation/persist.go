@@ -27,12 +27,30 @@ func (r *Rotation) save(ctx context.Context) {
 	if err == nil {
 		err = r.cfg.Store.Save(ctx, data)
 	}
-	if err != nil && ctx.Err() == nil {
+	if err == nil {
+		r.log.Debug("rotation state saved", "bytes", len(data))
+		return
+	}
+	if ctx.Err() == nil {
 		r.log.Error("the rotation state could not be saved; a restart now would restore the previous one", "error", err)
 		r.mu.Lock()
 		r.dirty, r.saveRetry = true, r.clock.Now().Add(retryDelay)
 		r.mu.Unlock()
 	}
+}
+
+// finalSaveTimeout bounds the save of the last state when Run stops.
+const finalSaveTimeout = 5 * time.Second
+
+// finalSave saves a state not saved yet when Run stops (ctx ended), so
+// that a restart finds the last step taken.
+func (r *Rotation) finalSave(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalSaveTimeout)
+	defer cancel()
+	r.mu.Lock()
+	r.saveRetry = time.Time{}
+	r.mu.Unlock()
+	r.save(ctx)
 }
 
 // Restore takes up the rotation where a Record saved before a restart left

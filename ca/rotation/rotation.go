@@ -362,6 +362,7 @@ func (r *Rotation) Run(ctx context.Context) error {
 			if timer != nil {
 				timer.Stop()
 			}
+			r.finalSave(ctx)
 			return nil
 		case <-r.wake:
 		case <-fire:
@@ -417,7 +418,7 @@ func (r *Rotation) rootRotationAtLocked() (time.Time, bool) {
 	if r.cfg.NewRoot == nil || r.cfg.RootRotationThreshold < 0 || r.st.next != nil {
 		return time.Time{}, false
 	}
-	return signingRoot(r.st.current).NotAfter.Add(-r.cfg.RootRotationThreshold), true
+	return SigningRoot(r.st.current).NotAfter.Add(-r.cfg.RootRotationThreshold), true
 }
 
 // nextWake is when Run must next look: the earliest due step, or a retry.
@@ -457,9 +458,9 @@ func (r *Rotation) nextStepLocked() (string, time.Time, bool) {
 	return name, at, name != ""
 }
 
-// signingRoot is the root that b's signing certificate chains to (the
+// SigningRoot is the root that b's signing certificate chains to (the
 // first that verifies its chain's top), or its first root.
-func signingRoot(b *keystore.Bundle) *x509.Certificate {
+func SigningRoot(b *keystore.Bundle) *x509.Certificate {
 	top := b.Cert
 	if n := len(b.Intermediates); n > 0 {
 		top = b.Intermediates[n-1]

@@ -36,11 +36,11 @@ type kubeRotationState struct {
 	log       *slog.Logger
 }
 
-// Save writes data on the leader; on the other replicas it does nothing
-// (they follow the leader's record).
+// Save writes data on the leader; the other replicas follow the leader's
+// record (rotation.ErrNotWriter).
 func (k *kubeRotationState) Save(ctx context.Context, data []byte) error {
 	if !k.leader() {
-		return nil
+		return rotation.ErrNotWriter
 	}
 	secrets := k.client.CoreV1().Secrets(k.namespace)
 	sec, err := secrets.Get(ctx, RotationStateSecret, metav1.GetOptions{})

@@ -128,7 +128,7 @@ func (f rotationFile) restore(r *rotation.Rotation) {
 	if err == nil {
 		err = r.Restore(data) // logged by r
 	} else {
-		f.log.Error("the saved rotation state is refused and not used", "file", f.path, "error", err)
+		r.RefuseState(err)
 	}
 	if err != nil {
 		if err := os.Rename(f.path, f.path+".refused"); err != nil {

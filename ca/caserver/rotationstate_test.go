@@ -134,6 +134,9 @@ func TestRotationStateFileRefused(t *testing.T) {
 			if !s.Authority().Bundle().Cert.Equal(first.Cert) {
 				t.Fatal("the CA does not sign with its files")
 			}
+			if st := s.Rotation().Status().Stuck; !strings.Contains(st, "rotation") {
+				t.Fatalf("stuck %q, want the refusal", st)
+			}
 			if _, err := os.Lstat(path + ".refused"); err != nil {
 				t.Fatalf("the refused file was not moved aside: %v", err)
 			}

@@ -2,6 +2,7 @@ package rotation
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 )
@@ -27,8 +28,16 @@ func (r *Rotation) save(ctx context.Context) {
 	if err == nil {
 		err = r.cfg.Store.Save(ctx, data)
 	}
-	if err == nil {
+	switch {
+	case err == nil:
 		r.log.Debug("rotation state saved", "bytes", len(data))
+		return
+	case errors.Is(err, ErrNotWriter):
+		// Another replica writes; this one tries again later, in case it
+		// becomes the writer (a new leader writes its state).
+		r.mu.Lock()
+		r.dirty, r.saveRetry = true, r.clock.Now().Add(retryDelay)
+		r.mu.Unlock()
 		return
 	}
 	if ctx.Err() == nil {
@@ -38,6 +47,10 @@ func (r *Rotation) save(ctx context.Context) {
 		r.mu.Unlock()
 	}
 }
+
+// ErrNotWriter is returned by a Store that does not write on this replica
+// (not the leader): the save is tried again after a while, quietly.
+var ErrNotWriter = errors.New("rotation: another replica writes the state")
 
 // finalSaveTimeout bounds the save of the last state when Run stops.
 const finalSaveTimeout = 5 * time.Second
@@ -80,12 +93,7 @@ func (r *Rotation) Restore(data []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		r.stuck = err.Error()
-		r.changedLocked()
-		r.log.Error("the saved rotation state is refused and not used: roots only it held are not restored", "error", err)
-		if err := r.startLocked(); err != nil {
-			r.log.Error("the roots trusted at start could not be added", "error", err)
-		}
+		r.refuseStateLocked(err)
 		return err
 	}
 	ns := r.st.clone()
@@ -117,6 +125,24 @@ func (r *Rotation) Restore(data []byte) error {
 	}
 	r.log.Info("rotation state restored", "phase", ns.phase(), "since", ns.since, "roots", len(ns.roots()))
 	return nil
+}
+
+// RefuseState records that the saved state could not even be read (a
+// file others may write, say): like a record Restore refuses, it is not
+// used, the rotation is stuck with err, and nothing is dropped.
+func (r *Rotation) RefuseState(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refuseStateLocked(err)
+}
+
+func (r *Rotation) refuseStateLocked(err error) {
+	r.stuck = err.Error()
+	r.changedLocked()
+	r.log.Error("the saved rotation state is refused and not used: roots only it held are not restored", "error", err)
+	if err := r.startLocked(); err != nil {
+		r.log.Error("the roots trusted at start could not be added", "error", err)
+	}
 }
 
 // startLocked hands the Target the roots of Config.Retiring, once: New

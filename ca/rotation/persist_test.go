@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -372,4 +373,37 @@ func TestFollowSharesTheLeadersClock(t *testing.T) {
 		t.Fatalf("Follow of a bad record: %v", err)
 	}
 	wantRoots(t, fresh, []string{"new root", "old root"})
+}
+
+// writerStore refuses to write (rotation.ErrNotWriter) until it becomes
+// the writer, like a replica that is not the leader yet.
+type writerStore struct {
+	writer atomic.Bool
+	saved  chan []byte
+}
+
+func (s *writerStore) Save(_ context.Context, data []byte) error {
+	if !s.writer.Load() {
+		return rotation.ErrNotWriter
+	}
+	s.saved <- data
+	return nil
+}
+
+// A replica that is not the writer tries again after a while, so that a
+// replica elected later writes its state.
+func TestNotWriterSavesLater(t *testing.T) {
+	r := newRoot(t, "root", t0.Add(-time.Hour), 10*365*24*time.Hour)
+	st := &writerStore{saved: make(chan []byte, 1)}
+	w := newWorld(t, r.intermediate(t, "ca"), func(c *rotation.Config) { c.Store = st })
+	if at := w.parked(t); !at.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("Run waits until %v, want a retry a minute later", at)
+	}
+	st.writer.Store(true)
+	w.clk.Add(time.Minute)
+	select {
+	case <-st.saved:
+	case <-time.After(testkit.Guard):
+		t.Fatal("the state was not saved once this replica became the writer")
+	}
 }

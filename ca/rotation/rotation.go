@@ -223,7 +223,7 @@ func (r *Rotation) SetBundle(b *keystore.Bundle) error {
 			"subject", b.Cert.Subject.String(), "not_after", b.Cert.NotAfter)
 	default:
 		ns := s.clone()
-		ns.next, ns.preparedAt, ns.activateAt = b, now, now.Add(r.cfg.Propagation)
+		ns.next, ns.preparedAt, ns.activateAt, ns.since = b, now, now.Add(r.cfg.Propagation), now
 		ns, _ = r.adoptLocked(ns, now) // the leader's clock, if it prepared b first
 		if err := r.commitLocked(ns, "prepared"); err != nil {
 			return r.refuseLocked(err)
@@ -310,9 +310,6 @@ func (r *Rotation) commitLocked(ns state, step string) error {
 		return err
 	}
 	r.started = true
-	if step != stepRestored && step != stepFollowed {
-		ns.since = r.clock.Now()
-	}
 	r.st = ns
 	r.steps[step]++
 	r.dirty = r.cfg.Store != nil

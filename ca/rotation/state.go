@@ -92,7 +92,7 @@ func (s state) bundle() *keystore.Bundle {
 // brings back is no longer retiring. A prepared CA is dropped (or, when b
 // is that CA, activated).
 func (s state) switchTo(b *keystore.Bundle, now time.Time, retireAfter time.Duration) state {
-	ns := state{current: b}
+	ns := state{current: b, since: now}
 	for _, o := range s.retiring {
 		if !containsCert(b.Roots, o.cert) {
 			ns.retiring = append(ns.retiring, o)
@@ -126,6 +126,9 @@ func (s state) retire(now time.Time) (state, []*x509.Certificate) {
 		} else {
 			dropped = append(dropped, o.cert)
 		}
+	}
+	if len(dropped) > 0 && ns.phase() != s.phase() {
+		ns.since = now
 	}
 	return ns, dropped
 }

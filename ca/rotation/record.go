@@ -81,21 +81,8 @@ func recordOf(s state) Record {
 	if s.next != nil {
 		rec.Prepared, rec.PreparedAt, rec.ActivateAt = fingerprint(s.next.Cert), s.preparedAt, s.activateAt
 	}
-	for _, c := range s.roots() {
-		root := RecordRoot{PEM: string(certs.EncodeCertificates(c)), State: RootCurrent}
-		switch {
-		case containsCert(s.current.Roots, c):
-		case s.next != nil && containsCert(s.next.Roots, c):
-			root.State = RootNext
-		default:
-			root.State = RootRetiring
-			for _, o := range s.retiring {
-				if o.cert.Equal(c) {
-					root.RetireAt = o.at
-				}
-			}
-		}
-		rec.Roots = append(rec.Roots, root)
+	for _, tr := range s.trusted() {
+		rec.Roots = append(rec.Roots, RecordRoot{PEM: string(certs.EncodeCertificates(tr.cert)), State: tr.state, RetireAt: tr.retire.at})
 	}
 	return rec
 }

@@ -77,6 +77,37 @@ func (s state) roots() []*x509.Certificate {
 	return out
 }
 
+// trustedRoot is a root of the trust bundle with its state (RootCurrent,
+// RootNext, RootRetiring) and, for an old root, its retirement.
+type trustedRoot struct {
+	cert   *x509.Certificate
+	state  string
+	retire retiring
+}
+
+// trusted lists the trust bundle's roots (in the order of roots) with
+// their states.
+func (s state) trusted() []trustedRoot {
+	var out []trustedRoot
+	for _, c := range s.roots() {
+		tr := trustedRoot{cert: c, state: RootCurrent}
+		switch {
+		case containsCert(s.current.Roots, c):
+		case s.next != nil && containsCert(s.next.Roots, c):
+			tr.state = RootNext
+		default:
+			tr.state = RootRetiring
+			for _, o := range s.retiring {
+				if o.cert.Equal(c) {
+					tr.retire = o
+				}
+			}
+		}
+		out = append(out, tr)
+	}
+	return out
+}
+
 // bundle is what the Target signs with: the current CA, trusting roots.
 func (s state) bundle() *keystore.Bundle {
 	return &keystore.Bundle{

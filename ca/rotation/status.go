@@ -77,19 +77,10 @@ func (r *Rotation) Status() Status {
 	if s.next != nil {
 		st.Prepared, st.ActivateAt = s.next.Cert, s.activateAt
 	}
-	for _, c := range s.roots() {
-		root := Root{Cert: c, State: RootCurrent}
-		switch {
-		case containsCert(s.current.Roots, c):
-		case s.next != nil && containsCert(s.next.Roots, c):
-			root.State = RootNext
-		default:
-			root.State = RootRetiring
-			for _, o := range s.retiring {
-				if o.cert.Equal(c) {
-					root.RetireAt = o.until()
-				}
-			}
+	for _, tr := range s.trusted() {
+		root := Root{Cert: tr.cert, State: tr.state}
+		if tr.state == RootRetiring {
+			root.RetireAt = tr.retire.until()
 		}
 		st.Roots = append(st.Roots, root)
 	}

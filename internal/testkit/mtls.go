@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -241,4 +242,46 @@ func Handshake(t testing.TB, server, client Workload, serverAllows, clientAllows
 	}
 	s := <-srvDone
 	return s.err, clientErr, s.id, sawServer
+}
+
+// Handshakes makes handshakes between two followed proxies, the client
+// authorizing the server's ID and the server the client's, and counts them
+// with the first failure.
+type Handshakes struct {
+	Server, Client *SDSProxy
+	N, Failed      int
+	First          string // the first failure, with the note given with it
+}
+
+// Try fails t if either SDS stream ended, then makes one handshake and
+// counts it; note says where the test stands (for the first failure).
+func (h *Handshakes) Try(t testing.TB, note string) {
+	t.Helper()
+	for _, p := range []*SDSProxy{h.Client, h.Server} {
+		if err := p.Failure(); err != nil {
+			t.Fatalf("%s: SDS stream ended: %v", p.ID(), err)
+		}
+	}
+	sErr, cErr, _, _ := Handshake(t, h.Server.Workload(), h.Client.Workload(), h.Client.ID(), h.Server.ID())
+	h.N++
+	if sErr != nil || cErr != nil {
+		h.Failed++
+		if h.First == "" {
+			h.First = fmt.Sprintf("handshake %d (%s): server: %v; client: %v", h.N, note, sErr, cErr)
+		}
+	}
+}
+
+// OnlyOn reports whether both proxies hold only root, with leaves that
+// chain to it.
+func (h *Handshakes) OnlyOn(root *x509.Certificate) bool {
+	return h.Client.Workload().OnlyOn(root) && h.Server.Workload().OnlyOn(root)
+}
+
+// String sums the handshakes up.
+func (h *Handshakes) String() string {
+	if h.Failed == 0 {
+		return fmt.Sprintf("%d handshakes, none failed", h.N)
+	}
+	return fmt.Sprintf("%d of %d handshakes failed; first: %s", h.Failed, h.N, h.First)
 }

@@ -91,33 +91,19 @@ func TestCARotationZeroFailedHandshakes(t *testing.T) {
 		waitSDS(t, sock)
 		return testkit.FollowSDS(t, sock, id)
 	}
-	client, server := agentOf("frontend"), agentOf("backend")
+	hs := &testkit.Handshakes{Client: agentOf("frontend"), Server: agentOf("backend")}
 	ac := admin.NewClient(adminSock, 10*time.Second)
 
 	var (
-		handshakes, failures int
-		firstFailure         string
-		seen                 = map[string]bool{}
-		rotated              bool
+		seen    = map[string]bool{}
+		rotated bool
 	)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.Now().Add(4 * time.Minute)
 	for i := 0; ; i++ {
-		for _, p := range []*testkit.SDSProxy{client, server} {
-			if err := p.Failure(); err != nil {
-				t.Fatalf("%s: SDS stream ended: %v", p.ID(), err)
-			}
-		}
-		sErr, cErr, _, _ := testkit.Handshake(t, server.Workload(), client.Workload(), client.ID(), server.ID())
-		handshakes++
-		if sErr != nil || cErr != nil {
-			failures++
-			if firstFailure == "" {
-				firstFailure = fmt.Sprintf("handshake %d (phases seen %v): server: %v; client: %v", handshakes, seen, sErr, cErr)
-			}
-		}
-		if !rotated && handshakes >= 20 {
+		hs.Try(t, fmt.Sprintf("phases seen %v", seen))
+		if !rotated && hs.N >= 20 {
 			copyCA(t, newDir, caDir) // the rotation
 			rotated = true
 		}
@@ -132,22 +118,22 @@ func TestCARotationZeroFailedHandshakes(t *testing.T) {
 			}
 			if rotated && seen["prepared"] && seen["active"] && st.Phase == "stable" &&
 				len(st.Roots) == 1 && st.Roots[0].Serial == newRoot.SerialNumber.Text(16) &&
-				client.Workload().OnlyOn(newRoot) && server.Workload().OnlyOn(newRoot) {
+				hs.OnlyOn(newRoot) {
 				break
 			}
 		}
 		if time.Now().After(deadline) {
 			st, _ := ac.Status(context.Background())
-			t.Fatalf("rotation did not finish in time: phases seen %v, status %+v; %d of %d handshakes failed (first: %s); server output:\n%s",
-				seen, st, failures, handshakes, firstFailure, srv.output())
+			t.Fatalf("rotation did not finish in time: phases seen %v, status %+v; %v; server output:\n%s",
+				seen, st, hs, srv.output())
 		}
 		<-tick.C
 	}
-	if failures != 0 {
-		t.Fatalf("%d of %d handshakes failed; first: %s", failures, handshakes, firstFailure)
+	if hs.Failed != 0 {
+		t.Fatal(hs)
 	}
-	if client.Workload().OnlyOn(oldRoot) || server.Workload().OnlyOn(oldRoot) {
+	if hs.Client.Workload().OnlyOn(oldRoot) || hs.Server.Workload().OnlyOn(oldRoot) {
 		t.Fatal("a proxy is still on the old root")
 	}
-	t.Logf("%d handshakes, none failed; phases %v", handshakes, seen)
+	t.Logf("%v; phases %v", hs, seen)
 }

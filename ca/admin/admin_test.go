@@ -83,6 +83,14 @@ func TestActivateOverSocket(t *testing.T) {
 	if st.Phase != "prepared" || st.Prepared == nil || st.Prepared.Subject != "CN=second" || len(st.Roots) != 2 || st.NextStep != "activate" || st.ActivateAt == nil {
 		t.Fatalf("status: %+v", st)
 	}
+	if st.Since == nil || st.ActivateAt.Sub(*st.Since) != rotation.DefaultPropagation {
+		t.Fatalf("prepared since %v, activates %v: want the propagation between", st.Since, st.ActivateAt)
+	}
+	var text strings.Builder
+	st.Format(&text, *st.Since)
+	if !strings.Contains(text.String(), "phase:     prepared  since ") {
+		t.Fatalf("text status:\n%s", text.String())
+	}
 	st, err = c.Activate(ctx)
 	if err != nil {
 		t.Fatal(err)

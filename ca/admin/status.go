@@ -14,6 +14,7 @@ import (
 // only ever added).
 type Status struct {
 	Phase      string         `json:"phase"`
+	Since      *time.Time     `json:"since"`
 	Signing    *Cert          `json:"signing"`
 	Prepared   *Cert          `json:"prepared"`
 	ActivateAt *time.Time     `json:"activate_at"`
@@ -58,6 +59,7 @@ func timeOf(t time.Time) *time.Time {
 func StatusOf(st rotation.Status) Status {
 	out := Status{
 		Phase:      st.Phase.String(),
+		Since:      timeOf(st.Since),
 		Signing:    certOf(st.Signing),
 		Prepared:   certOf(st.Prepared),
 		ActivateAt: timeOf(st.ActivateAt),
@@ -90,7 +92,11 @@ func (st Status) Format(w io.Writer, now time.Time) {
 	in := func(t time.Time) string {
 		return fmt.Sprintf("%s (%s)", t.Format(time.RFC3339), relative(t.Sub(now)))
 	}
-	fmt.Fprintf(w, "phase:     %s\n", st.Phase)
+	if st.Since != nil {
+		fmt.Fprintf(w, "phase:     %s  since %s\n", st.Phase, in(*st.Since))
+	} else {
+		fmt.Fprintf(w, "phase:     %s\n", st.Phase)
+	}
 	if st.Signing != nil {
 		fmt.Fprintf(w, "signing:   %s  serial %s  expires %s\n", st.Signing.Subject, st.Signing.Serial, in(st.Signing.NotAfter))
 	}

@@ -111,7 +111,7 @@ func New(cfg Config) (*Server, error) {
 		err = s.build(b)
 	}
 	if err == nil {
-		s.rotation, err = s.newRotation(b, next)
+		s.rotation, err = s.newRotation(context.Background(), b, next)
 	}
 	if err == nil {
 		s.caDir, err = s.caDirWatcher()
@@ -428,7 +428,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		var r *rotation.Rotation
 		if err == nil {
-			r, err = s.newRotation(b, nil)
+			r, err = s.newRotation(ctx, b, nil)
 		}
 		if err != nil {
 			return fail(err)
@@ -437,6 +437,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.rotation = r
 		s.mu.Unlock()
 		s.kube.attach(r)
+		g.Go(func() error { return s.kube.followRotation(ctx, r) })
 	}
 	if r := s.Rotation(); r != nil {
 		g.Go(func() error { return r.Run(ctx) })

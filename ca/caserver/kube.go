@@ -13,6 +13,7 @@ import (
 	"github.com/meshid/meshid/ca/kube"
 	kubeclient "github.com/meshid/meshid/ca/kube/client"
 	kubeapi "github.com/meshid/meshid/ca/kubeclient"
+	"github.com/meshid/meshid/ca/rotation"
 )
 
 // kubeClients are the CA's two Kubernetes clients: auth sends
@@ -47,7 +48,8 @@ func newKubeClients(cfg Config) (*kubeClients, error) {
 
 // kubeStack runs the ca/kube Controller for the CA.
 type kubeStack struct {
-	ctrl *kube.Controller
+	ctrl  *kube.Controller
+	state *kubeRotationState // the rotation's state Secret, with KubeCASecret
 }
 
 // newKubeStack builds the Controller: with roots nil it keeps the CA in a
@@ -82,6 +84,18 @@ func (k *kubeStack) waitForBundle(ctx context.Context, log *slog.Logger, namespa
 		return nil, fmt.Errorf("kube keystore: %w", err)
 	}
 	return b, nil
+}
+
+// rotationState returns the rotation's Store in the cluster, written by
+// the elected leader, and keeps it for followRotation.
+func (k *kubeStack) rotationState(cfg Config, kc kubeapi.Interface) *kubeRotationState {
+	k.state = &kubeRotationState{client: kc, namespace: cfg.Namespace, leader: k.ctrl.IsLeader, log: cfg.Logger}
+	return k.state
+}
+
+// followRotation keeps r on the leader's rotation clock until ctx ends.
+func (k *kubeStack) followRotation(ctx context.Context, r *rotation.Rotation) error {
+	return k.state.follow(ctx, r)
 }
 
 // attach feeds every later bundle (a changed Secret) to the rotation.

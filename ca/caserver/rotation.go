@@ -1,6 +1,7 @@
 package caserver
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -22,15 +23,29 @@ const nextDir = "next"
 // newRotation builds the rotation of the CA material b, which the authority
 // signs with: every trigger (a changed --ca-dir, a Secret, a root nearing
 // expiry, the admin socket) offers new CAs to it, never to the authority.
-func (s *Server) newRotation(b, next *keystore.Bundle) (*rotation.Rotation, error) {
+// It restores the state saved before a restart: from the state Secret
+// when the CA is kept in a Secret, else from <state-dir>/rotation.json.
+func (s *Server) newRotation(ctx context.Context, b, next *keystore.Bundle) (*rotation.Rotation, error) {
 	cfg := s.cfg
 	t := &rotationTarget{authority: s.authority, log: s.log}
+	var kubeState *kubeRotationState
 	if cfg.KubeCASecret && s.kube != nil {
 		t.publish = s.kube.ctrl.PublishRoots
 		t.publish(b.Roots)
+		kubeState = s.kube.rotationState(cfg, s.kc.controllers)
 	}
+	var retiring []*x509.Certificate
+	if s.selfSigned() {
+		// root-cert.pem holds the trust bundle, the union during a
+		// rotation: the roots besides this self-signed root are old ones,
+		// retiring (at their saved time, or a whole RetireAfter from now).
+		b, retiring = splitSelfSigned(b)
+	}
+	file := rotationFile{path: filepath.Join(cfg.StateDir, rotationStateFile), log: s.log}
 	rcfg := rotation.Config{
 		Current:               b,
+		Retiring:              retiring,
+		Store:                 file,
 		Target:                t,
 		Check:                 s.authority.Check,
 		Propagation:           cfg.RotationPropagation,
@@ -44,18 +59,107 @@ func (s *Server) newRotation(b, next *keystore.Bundle) (*rotation.Rotation, erro
 		t.stateDir = cfg.StateDir
 		rcfg.NewRoot = s.newRoot
 	}
+	if kubeState != nil {
+		rcfg.Store = kubeState
+	}
 	r, err := rotation.New(rcfg)
 	if err != nil {
 		return nil, err
 	}
 	if next != nil {
-		// A restart while a new root was prepared prepares it again: its
-		// propagation starts over.
+		// A restart while a new root was prepared prepares it again; the
+		// saved state gives it back its propagation clock.
 		if err := r.SetBundle(next); err != nil {
 			s.log.Error("the prepared root in the state directory is refused", "dir", filepath.Join(cfg.StateDir, nextDir), "error", err)
 		}
 	}
+	if kubeState != nil {
+		kubeState.restore(ctx, r)
+	} else {
+		file.restore(r)
+	}
 	return r, nil
+}
+
+// splitSelfSigned returns b trusting its own root only, and the other
+// roots b trusts.
+func splitSelfSigned(b *keystore.Bundle) (*keystore.Bundle, []*x509.Certificate) {
+	own := rotation.SigningRoot(b)
+	var others []*x509.Certificate
+	for _, r := range b.Roots {
+		if !r.Equal(own) {
+			others = append(others, r)
+		}
+	}
+	if len(others) == 0 {
+		return b, nil
+	}
+	cur := *b
+	cur.Roots = []*x509.Certificate{own}
+	return &cur, others
+}
+
+// rotationStateFile is the rotation's record in the state directory.
+const rotationStateFile = "rotation.json"
+
+// rotationFile is the rotation's Store in the state directory: written
+// atomically with mode 0600 (the directory is 0700).
+type rotationFile struct {
+	path string
+	log  *slog.Logger
+}
+
+// Save writes the record.
+func (f rotationFile) Save(_ context.Context, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(f.path), 0o700); err != nil {
+		return fmt.Errorf("caserver: rotation state: %w", err)
+	}
+	return certs.WriteFileAtomic(f.path, data, 0o600)
+}
+
+// restore hands the saved record, if any, to r. A file that is not a
+// regular file, that others may write, or that r refuses is moved aside
+// (rotation.json.refused, for the operator to look at) and not used.
+func (f rotationFile) restore(r *rotation.Rotation) {
+	data, err := f.read()
+	if err == nil && data == nil {
+		return // no saved state: a first start
+	}
+	if err == nil {
+		err = r.Restore(data) // logged by r
+	} else {
+		r.RefuseState(err)
+	}
+	if err != nil {
+		if err := os.Rename(f.path, f.path+".refused"); err != nil {
+			f.log.Error("the refused rotation state could not be moved aside", "file", f.path, "error", err)
+		}
+	}
+}
+
+// read returns the file's contents, nil when it does not exist.
+func (f rotationFile) read() ([]byte, error) {
+	st, err := os.Lstat(f.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file (%s)", rotation.ErrRecordRefused, f.path, st.Mode().Type())
+	}
+	if perm := st.Mode().Perm(); perm&0o022 != 0 {
+		return nil, fmt.Errorf("%w: %s: mode %#o lets others write it; want 0600", rotation.ErrRecordRefused, f.path, perm)
+	}
+	if st.Size() > rotation.MaxRecordSize {
+		return nil, fmt.Errorf("%w: %s: %d bytes, more than the %d allowed", rotation.ErrRecordRefused, f.path, st.Size(), rotation.MaxRecordSize)
+	}
+	data, err := os.ReadFile(f.path)
+	if err == nil && data == nil {
+		data = []byte{} // an empty file is a record to refuse, not an absent one
+	}
+	return data, err
 }
 
 // selfSigned reports whether the CA is the self-signed root of StateDir,

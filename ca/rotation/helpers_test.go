@@ -107,19 +107,29 @@ func (w *world) parked(t *testing.T) time.Time {
 	return d
 }
 
-// waitPhase polls until the rotation reaches p.
+// waitPhase waits until the rotation reaches p.
 func (w *world) waitPhase(t *testing.T, p rotation.Phase) rotation.Status {
 	t.Helper()
-	deadline := time.Now().Add(testkit.Guard)
+	return w.waitFor(t, "phase "+p.String(), func(st rotation.Status) bool { return st.Phase == p })
+}
+
+// waitFor waits, on the rotation's Changed signal, until its Status
+// satisfies cond, failing t after Guard.
+func (w *world) waitFor(t *testing.T, what string, cond func(rotation.Status) bool) rotation.Status {
+	t.Helper()
+	guard := time.NewTimer(testkit.Guard)
+	defer guard.Stop()
 	for {
+		changed := w.rot.Changed()
 		st := w.rot.Status()
-		if st.Phase == p {
+		if cond(st) {
 			return st
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("phase %v, want %v", st.Phase, p)
+		select {
+		case <-changed:
+		case <-guard.C:
+			t.Fatalf("not within %v: %s (phase %v, stuck %q)", testkit.Guard, what, st.Phase, st.Stuck)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -22,11 +22,11 @@ var (
 		"Unix time of the next timed rotation step (activate, retire, rotate-root); absent when none is scheduled.",
 		[]string{"step"}, nil)
 	stepsDesc = prometheus.NewDesc("meshid_ca_rotation_steps_total",
-		"Rotation steps taken since start: prepared, activated, switched (an intermediate under a trusted root), retired, refused, root_created.",
+		"Rotation steps taken since start: prepared, activated, switched (an intermediate under a trusted root), retired, refused, root_created, restored (a saved state taken up at start), followed (the leader's state taken up by a replica).",
 		[]string{"step"}, nil)
 )
 
-var stepNames = []string{"prepared", "activated", "switched", "retired", "refused", "root_created"}
+var stepNames = []string{"prepared", "activated", "switched", "retired", "refused", "root_created", stepRestored, stepFollowed}
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{phaseDesc, stuckDesc, rootDesc, nextDesc, stepsDesc} {

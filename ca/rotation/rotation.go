@@ -79,6 +79,14 @@ type Config struct {
 	// than this is left of the signing root. 0 takes
 	// DefaultRootRotationThreshold; negative turns it off.
 	RootRotationThreshold time.Duration
+	// Retiring are roots trusted at start besides Current's (the union a
+	// self-signed state directory kept in root-cert.pem): they retire
+	// RetireAfter after the start unless Restore knows an earlier time.
+	Retiring []*x509.Certificate
+	// Store keeps the rotation's state (a Record) after every step, for
+	// Restore after a restart and, in Kubernetes, for Follow on the other
+	// replicas. nil keeps nothing.
+	Store Store
 
 	Clock      clock.Clock           // nil is the real clock
 	Logger     *slog.Logger          // nil discards logs
@@ -98,6 +106,24 @@ type Rotation struct {
 	stuck string    // why the last offer or step failed; "" when not stuck
 	retry time.Time // when a failed timed step is tried again
 	steps map[string]int
+	// dirty is set when st changed since the Store last saved it, and
+	// saveRetry is when a failed save is tried again.
+	dirty     bool
+	saveRetry time.Time
+	// shared is the last record Follow accepted: the leader's clock,
+	// which a CA prepared later on this replica adopts.
+	shared *record
+	// started is set once the Target holds the start's roots (startLocked).
+	started bool
+	// changed is closed, and replaced, at every change of the Status.
+	changed chan struct{}
+}
+
+// Store keeps the encoded Record of a Rotation. Save is called from Run,
+// never under the Rotation's lock, with the newest state; an error is
+// logged and the save retried.
+type Store interface {
+	Save(ctx context.Context, data []byte) error
 }
 
 // New validates cfg and applies its defaults. It starts nothing and does
@@ -129,12 +155,19 @@ func New(cfg Config) (*Rotation, error) {
 		cfg.Check = func(b *keystore.Bundle) error { return b.Validate(cfg.Clock.Now()) }
 	}
 	r := &Rotation{
-		cfg:   cfg,
-		log:   cfg.Logger.With("component", "ca-rotation"),
-		clock: cfg.Clock,
-		wake:  make(chan struct{}, 1),
-		st:    state{current: cfg.Current},
-		steps: map[string]int{},
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "ca-rotation"),
+		clock:   cfg.Clock,
+		wake:    make(chan struct{}, 1),
+		st:      state{current: cfg.Current, since: cfg.Clock.Now()},
+		steps:   map[string]int{},
+		dirty:   cfg.Store != nil,
+		changed: make(chan struct{}),
+	}
+	for _, c := range cfg.Retiring {
+		if !containsCert(r.st.current.Roots, c) && !r.st.isRetiring(c) {
+			r.st.retiring = append(r.st.retiring, retiring{cert: c, at: r.st.since.Add(cfg.RetireAfter)})
+		}
 	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(&collector{r: r}); err != nil {
@@ -175,7 +208,10 @@ func (r *Rotation) SetBundle(b *keystore.Bundle) error {
 	s := r.st
 	switch {
 	case sameBundle(b, s.current) || sameBundle(b, s.next):
-		r.stuck = ""
+		if r.stuck != "" {
+			r.stuck = ""
+			r.changedLocked()
+		}
 		return nil
 	case subset(b.Roots, s.settled()):
 		// Every root of the new CA is trusted already (an intermediate
@@ -187,7 +223,8 @@ func (r *Rotation) SetBundle(b *keystore.Bundle) error {
 			"subject", b.Cert.Subject.String(), "not_after", b.Cert.NotAfter)
 	default:
 		ns := s.clone()
-		ns.next, ns.preparedAt, ns.activateAt = b, now, now.Add(r.cfg.Propagation)
+		ns.next, ns.preparedAt, ns.activateAt, ns.since = b, now, now.Add(r.cfg.Propagation), now
+		ns, _ = r.adoptLocked(ns, now) // the leader's clock, if it prepared b first
 		if err := r.commitLocked(ns, "prepared"); err != nil {
 			return r.refuseLocked(err)
 		}
@@ -210,6 +247,7 @@ func (r *Rotation) Refuse(err error) {
 func (r *Rotation) refuseLocked(err error) error {
 	r.stuck = err.Error()
 	r.steps["refused"]++
+	r.changedLocked()
 	r.log.Error("new CA refused; the current CA keeps signing", "error", err)
 	return err
 }
@@ -231,6 +269,7 @@ func (r *Rotation) activateLocked(now time.Time) error {
 	if err := r.commitLocked(r.st.switchTo(next, now, r.cfg.RetireAfter), "activated"); err != nil {
 		r.stuck = fmt.Sprintf("activating %q: %v", next.Cert.Subject.String(), err)
 		r.retry = now.Add(retryDelay)
+		r.changedLocked()
 		r.log.Error("prepared CA could not be activated; the current CA keeps signing", "error", err)
 		return err
 	}
@@ -270,20 +309,44 @@ func (r *Rotation) commitLocked(ns state, step string) error {
 	if err := r.cfg.Target.SetBundle(ns.bundle()); err != nil {
 		return err
 	}
+	r.started = true
 	r.st = ns
 	r.steps[step]++
+	r.dirty = r.cfg.Store != nil
+	r.changedLocked()
+	return nil
+}
+
+// Changed returns a channel that is closed at the next change of the
+// Status (a step, a refusal, a restored or followed state): a caller
+// waits on it rather than polling.
+func (r *Rotation) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
+}
+
+// changedLocked wakes Run and every caller waiting on Changed.
+func (r *Rotation) changedLocked() {
+	close(r.changed)
+	r.changed = make(chan struct{})
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // Run takes the timed steps (activation, retirement, a new root before the
 // current one expires) until ctx ends.
 func (r *Rotation) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if err := r.startLocked(); err != nil {
+		r.log.Error("the roots trusted at start could not be added", "error", err)
+	}
+	r.mu.Unlock()
 	for {
 		r.tick()
+		r.save(ctx)
 		at, ok := r.nextWake()
 		var fire <-chan time.Time
 		var timer clock.Timer
@@ -296,6 +359,7 @@ func (r *Rotation) Run(ctx context.Context) error {
 			if timer != nil {
 				timer.Stop()
 			}
+			r.finalSave(ctx)
 			return nil
 		case <-r.wake:
 		case <-fire:
@@ -321,6 +385,7 @@ func (r *Rotation) tick() {
 		if err := r.commitLocked(ns, "retired"); err != nil {
 			r.stuck = fmt.Sprintf("retiring old roots: %v", err)
 			r.retry = now.Add(retryDelay)
+			r.changedLocked()
 			r.log.Error("old roots could not be retired", "error", err)
 		} else {
 			for _, c := range dropped {
@@ -350,7 +415,7 @@ func (r *Rotation) rootRotationAtLocked() (time.Time, bool) {
 	if r.cfg.NewRoot == nil || r.cfg.RootRotationThreshold < 0 || r.st.next != nil {
 		return time.Time{}, false
 	}
-	return signingRoot(r.st.current).NotAfter.Add(-r.cfg.RootRotationThreshold), true
+	return SigningRoot(r.st.current).NotAfter.Add(-r.cfg.RootRotationThreshold), true
 }
 
 // nextWake is when Run must next look: the earliest due step, or a retry.
@@ -360,6 +425,9 @@ func (r *Rotation) nextWake() (time.Time, bool) {
 	_, at, ok := r.nextStepLocked()
 	if ok && at.Before(r.retry) {
 		at = r.retry
+	}
+	if r.dirty && (!ok || r.saveRetry.Before(at)) {
+		at, ok = r.saveRetry, true
 	}
 	return at, ok
 }
@@ -387,9 +455,9 @@ func (r *Rotation) nextStepLocked() (string, time.Time, bool) {
 	return name, at, name != ""
 }
 
-// signingRoot is the root that b's signing certificate chains to (the
+// SigningRoot is the root that b's signing certificate chains to (the
 // first that verifies its chain's top), or its first root.
-func signingRoot(b *keystore.Bundle) *x509.Certificate {
+func SigningRoot(b *keystore.Bundle) *x509.Certificate {
 	top := b.Cert
 	if n := len(b.Intermediates); n > 0 {
 		top = b.Intermediates[n-1]

@@ -194,13 +194,7 @@ func TestActivationFailsStuck(t *testing.T) {
 	}
 	w.parked(t)
 	w.clk.Set(t0.Add(propagation))
-	deadline := time.Now().Add(testkit.Guard)
-	for w.rot.Status().Stuck == "" {
-		if time.Now().After(deadline) {
-			t.Fatal("an expired prepared CA did not make the rotation stuck")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	w.waitFor(t, "an expired prepared CA makes the rotation stuck", func(st rotation.Status) bool { return st.Stuck != "" })
 	st := w.rot.Status()
 	if st.Phase != rotation.Prepared || !st.Signing.Equal(oldCA.Cert) || !issuedBy(w.leaf(t), oldCA.Cert) {
 		t.Fatalf("after a failed activation: %v, signing %q", st.Phase, st.Signing.Subject)
@@ -300,13 +294,7 @@ func TestDirWatcherRefusalNamesFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Run(t, "dirwatcher", dw.Run)
-	deadline := time.Now().Add(testkit.Guard)
-	for w.rot.Status().Stuck == "" {
-		if time.Now().After(deadline) {
-			t.Fatal("a half-written directory did not make the rotation stuck")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	w.waitFor(t, "a half-written directory makes the rotation stuck", func(st rotation.Status) bool { return st.Stuck != "" })
 	if st := w.rot.Status(); !strings.Contains(st.Stuck, "ca-key.pem") || st.Phase != rotation.Stable {
 		t.Fatalf("stuck %q (want the file named), phase %v", st.Stuck, st.Phase)
 	}

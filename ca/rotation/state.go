@@ -17,6 +17,7 @@ type state struct {
 	preparedAt time.Time
 	activateAt time.Time
 	retiring   []retiring // old roots still trusted for the leaves they signed
+	since      time.Time  // when the phase started; zero before the first step
 }
 
 // retiring is an old root and when it leaves the bundle.
@@ -76,6 +77,37 @@ func (s state) roots() []*x509.Certificate {
 	return out
 }
 
+// trustedRoot is a root of the trust bundle with its state (RootCurrent,
+// RootNext, RootRetiring) and, for an old root, its retirement.
+type trustedRoot struct {
+	cert   *x509.Certificate
+	state  string
+	retire retiring
+}
+
+// trusted lists the trust bundle's roots (in the order of roots) with
+// their states.
+func (s state) trusted() []trustedRoot {
+	var out []trustedRoot
+	for _, c := range s.roots() {
+		tr := trustedRoot{cert: c, state: RootCurrent}
+		switch {
+		case containsCert(s.current.Roots, c):
+		case s.next != nil && containsCert(s.next.Roots, c):
+			tr.state = RootNext
+		default:
+			tr.state = RootRetiring
+			for _, o := range s.retiring {
+				if o.cert.Equal(c) {
+					tr.retire = o
+				}
+			}
+		}
+		out = append(out, tr)
+	}
+	return out
+}
+
 // bundle is what the Target signs with: the current CA, trusting roots.
 func (s state) bundle() *keystore.Bundle {
 	return &keystore.Bundle{
@@ -91,7 +123,7 @@ func (s state) bundle() *keystore.Bundle {
 // brings back is no longer retiring. A prepared CA is dropped (or, when b
 // is that CA, activated).
 func (s state) switchTo(b *keystore.Bundle, now time.Time, retireAfter time.Duration) state {
-	ns := state{current: b}
+	ns := state{current: b, since: now}
 	for _, o := range s.retiring {
 		if !containsCert(b.Roots, o.cert) {
 			ns.retiring = append(ns.retiring, o)
@@ -125,6 +157,9 @@ func (s state) retire(now time.Time) (state, []*x509.Certificate) {
 		} else {
 			dropped = append(dropped, o.cert)
 		}
+	}
+	if len(dropped) > 0 && ns.phase() != s.phase() {
+		ns.since = now
 	}
 	return ns, dropped
 }

@@ -44,7 +44,10 @@ type Root struct {
 
 // Status is a snapshot of the rotation, for `meshid inspect --ca`.
 type Status struct {
-	Phase    Phase
+	Phase Phase
+	// Since is when the phase started (the start of the process when no
+	// step was taken and no saved state restored).
+	Since    time.Time
 	Signing  *x509.Certificate // the CA certificate that signs leaves now
 	Prepared *x509.Certificate // the prepared CA certificate; nil when none
 	// ActivateAt is when the prepared CA signs; zero when none.
@@ -67,26 +70,17 @@ func (r *Rotation) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.st
-	st := Status{Phase: s.phase(), Signing: s.current.Cert, Stuck: r.stuck, Steps: map[string]int{}}
+	st := Status{Phase: s.phase(), Since: s.since, Signing: s.current.Cert, Stuck: r.stuck, Steps: map[string]int{}}
 	for k, v := range r.steps {
 		st.Steps[k] = v
 	}
 	if s.next != nil {
 		st.Prepared, st.ActivateAt = s.next.Cert, s.activateAt
 	}
-	for _, c := range s.roots() {
-		root := Root{Cert: c, State: RootCurrent}
-		switch {
-		case containsCert(s.current.Roots, c):
-		case s.next != nil && containsCert(s.next.Roots, c):
-			root.State = RootNext
-		default:
-			root.State = RootRetiring
-			for _, o := range s.retiring {
-				if o.cert.Equal(c) {
-					root.RetireAt = o.until()
-				}
-			}
+	for _, tr := range s.trusted() {
+		root := Root{Cert: tr.cert, State: tr.state}
+		if tr.state == RootRetiring {
+			root.RetireAt = tr.retire.until()
 		}
 		st.Roots = append(st.Roots, root)
 	}

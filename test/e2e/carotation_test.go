@@ -6,149 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
-
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
-	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 
 	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/testkit"
 )
-
-// proxy follows an agent's SDS stream the way Envoy does (one StreamSecrets
-// stream for default and ROOTCA, every response ACKed) and holds what it
-// was last served.
-type proxy struct {
-	id spiffeid.ID
-
-	mu     sync.Mutex
-	svid   *x509svid.SVID
-	bundle *x509bundle.Bundle
-	err    error // why the stream ended, if it did
-}
-
-// follow opens the stream and keeps the proxy up to date until the test
-// ends. It returns once both secrets have arrived.
-func follow(t *testing.T, sock string, id spiffeid.ID) *proxy {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	s, err := sdsClient(t, sock).StreamSecrets(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{id: id}
-	ready := make(chan struct{})
-	go p.run(s, ready)
-	select {
-	case <-ready:
-	case <-time.After(guard):
-		t.Fatalf("%s: no default and ROOTCA within %v (%v)", id, guard, p.failure())
-	}
-	return p
-}
-
-type secretStream interface {
-	Send(*discoveryv3.DiscoveryRequest) error
-	Recv() (*discoveryv3.DiscoveryResponse, error)
-}
-
-func (p *proxy) run(s secretStream, ready chan struct{}) {
-	req := &discoveryv3.DiscoveryRequest{
-		Node:    &corev3.Node{Id: "sidecar~10.0.0.1~" + p.id.Path() + "~cluster.local", Cluster: "e2e"},
-		TypeUrl: secretTypeURL, ResourceNames: []string{"default", "ROOTCA"},
-	}
-	for {
-		if err := s.Send(req); err != nil {
-			p.fail(err)
-			return
-		}
-		r, err := s.Recv()
-		if err != nil {
-			p.fail(err)
-			return
-		}
-		if err := p.apply(r); err != nil {
-			p.fail(err)
-			return
-		}
-		p.mu.Lock()
-		if p.svid != nil && p.bundle != nil && ready != nil {
-			close(ready)
-			ready = nil
-		}
-		p.mu.Unlock()
-		req = &discoveryv3.DiscoveryRequest{TypeUrl: secretTypeURL, ResourceNames: req.ResourceNames, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}
-	}
-}
-
-func (p *proxy) apply(r *discoveryv3.DiscoveryResponse) error {
-	for _, a := range r.GetResources() {
-		sec := &tlsv3.Secret{}
-		if err := a.UnmarshalTo(sec); err != nil {
-			return err
-		}
-		switch sec.GetName() {
-		case "default":
-			tc := sec.GetTlsCertificate()
-			svid, err := x509svid.Parse(tc.GetCertificateChain().GetInlineBytes(), tc.GetPrivateKey().GetInlineBytes())
-			if err != nil {
-				return err
-			}
-			p.mu.Lock()
-			p.svid = svid
-			p.mu.Unlock()
-		case "ROOTCA":
-			b, err := x509bundle.Parse(td, sec.GetValidationContext().GetTrustedCa().GetInlineBytes())
-			if err != nil {
-				return err
-			}
-			p.mu.Lock()
-			p.bundle = b
-			p.mu.Unlock()
-		}
-	}
-	return nil
-}
-
-func (p *proxy) fail(err error) {
-	p.mu.Lock()
-	p.err = err
-	p.mu.Unlock()
-}
-
-func (p *proxy) failure() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
-}
-
-// workload is what the proxy holds now.
-func (p *proxy) workload() workload {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return workload{id: p.id, svid: p.svid, bundle: p.bundle}
-}
-
-// chainsTo reports whether the proxy's leaf chains to root and its bundle
-// is exactly root.
-func (p *proxy) onlyOn(root *x509.Certificate) bool {
-	w := p.workload()
-	auth := w.bundle.X509Authorities()
-	if len(auth) != 1 || !auth[0].Equal(root) {
-		return false
-	}
-	only := x509bundle.FromX509Authorities(td, []*x509.Certificate{root})
-	_, _, err := x509svid.Verify(w.svid.Certificates, only)
-	return err == nil
-}
 
 // newCACerts makes a root and an intermediate (an Istio cacerts directory)
 // with the real CLI, under work/name.
@@ -209,7 +73,7 @@ func TestCARotationZeroFailedHandshakes(t *testing.T) {
 	)
 	addr := srv.waitLine(t, serverServing)[1]
 
-	agentOf := func(sa string) *proxy {
+	agentOf := func(sa string) *testkit.SDSProxy {
 		id := mustID(t, "shop", sa)
 		tok, err := issuer.Mint("shop", sa, []string{"istio-ca"}, time.Hour, time.Now())
 		if err != nil {
@@ -225,35 +89,21 @@ func TestCARotationZeroFailedHandshakes(t *testing.T) {
 			"--token-file", tokFile, "--sds-socket", sock, "--cert-ttl", ttl,
 			"--monitoring-listen", "127.0.0.1:0")
 		waitSDS(t, sock)
-		return follow(t, sock, id)
+		return testkit.FollowSDS(t, sock, id)
 	}
-	client, server := agentOf("frontend"), agentOf("backend")
+	hs := &testkit.Handshakes{Client: agentOf("frontend"), Server: agentOf("backend")}
 	ac := admin.NewClient(adminSock, 10*time.Second)
 
 	var (
-		handshakes, failures int
-		firstFailure         string
-		seen                 = map[string]bool{}
-		rotated              bool
+		seen    = map[string]bool{}
+		rotated bool
 	)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.Now().Add(4 * time.Minute)
 	for i := 0; ; i++ {
-		for _, p := range []*proxy{client, server} {
-			if err := p.failure(); err != nil {
-				t.Fatalf("%s: SDS stream ended: %v", p.id, err)
-			}
-		}
-		sErr, cErr, _, _ := handshake(t, server.workload(), client.workload(), client.id, server.id)
-		handshakes++
-		if sErr != nil || cErr != nil {
-			failures++
-			if firstFailure == "" {
-				firstFailure = fmt.Sprintf("handshake %d (phases seen %v): server: %v; client: %v", handshakes, seen, sErr, cErr)
-			}
-		}
-		if !rotated && handshakes >= 20 {
+		hs.Try(t, fmt.Sprintf("phases seen %v", seen))
+		if !rotated && hs.N >= 20 {
 			copyCA(t, newDir, caDir) // the rotation
 			rotated = true
 		}
@@ -268,22 +118,22 @@ func TestCARotationZeroFailedHandshakes(t *testing.T) {
 			}
 			if rotated && seen["prepared"] && seen["active"] && st.Phase == "stable" &&
 				len(st.Roots) == 1 && st.Roots[0].Serial == newRoot.SerialNumber.Text(16) &&
-				client.onlyOn(newRoot) && server.onlyOn(newRoot) {
+				hs.OnlyOn(newRoot) {
 				break
 			}
 		}
 		if time.Now().After(deadline) {
 			st, _ := ac.Status(context.Background())
-			t.Fatalf("rotation did not finish in time: phases seen %v, status %+v; %d of %d handshakes failed (first: %s); server output:\n%s",
-				seen, st, failures, handshakes, firstFailure, srv.output())
+			t.Fatalf("rotation did not finish in time: phases seen %v, status %+v; %v; server output:\n%s",
+				seen, st, hs, srv.output())
 		}
 		<-tick.C
 	}
-	if failures != 0 {
-		t.Fatalf("%d of %d handshakes failed; first: %s", failures, handshakes, firstFailure)
+	if hs.Failed != 0 {
+		t.Fatal(hs)
 	}
-	if client.onlyOn(oldRoot) || server.onlyOn(oldRoot) {
+	if hs.Client.Workload().OnlyOn(oldRoot) || hs.Server.Workload().OnlyOn(oldRoot) {
 		t.Fatal("a proxy is still on the old root")
 	}
-	t.Logf("%d handshakes, none failed; phases %v", handshakes, seen)
+	t.Logf("%v; phases %v", hs, seen)
 }

@@ -28,7 +28,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
@@ -38,7 +37,7 @@ import (
 var td = spiffeid.RequireTrustDomainFromString("cluster.local")
 
 // secretTypeURL is the xDS type of SDS resources, from the generated message.
-var secretTypeURL = "type.googleapis.com/" + string(proto.MessageName(&tlsv3.Secret{}))
+var secretTypeURL = testkit.SecretTypeURL
 
 func mustID(t testing.TB, ns, sa string) spiffeid.ID {
 	t.Helper()

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/test/kube/harness"
@@ -205,7 +206,7 @@ func resetCAState(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	c := cluster.Client()
-	for _, name := range []string{caSecret, pluggedSecret} {
+	for _, name := range []string{caSecret, pluggedSecret, caserver.RotationStateSecret} {
 		if err := c.CoreV1().Secrets(caNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
 		}

@@ -43,6 +43,7 @@ type Local struct {
 
 	mu  sync.Mutex
 	set *Set
+	due time.Time // set.NextChange: before it, Keys returns set as it is
 }
 
 // NewLocal validates cfg and returns the store, with the Set of Dir's file
@@ -96,9 +97,17 @@ func CheckLifetime(lifetime, ttl time.Duration) (time.Duration, error) {
 func (l *Local) Keys() (*Set, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	next, changed, err := Rotate(l.set, l.clock.Now(), l.lifetime, l.ttl)
-	if err != nil || !changed {
-		return l.set, err
+	now := l.clock.Now()
+	if l.set != nil && now.Before(l.due) { // every Issue asks: no allocation until a change is due
+		return l.set, nil
+	}
+	next, changed, err := Rotate(l.set, now, l.lifetime, l.ttl)
+	if err != nil {
+		return nil, err
+	}
+	l.due = next.NextChange(now, l.ttl)
+	if !changed {
+		return l.set, nil
 	}
 	l.set = next
 	l.log.Info("JWT signing keys rotated", "keys", len(next.Keys))

@@ -55,7 +55,11 @@ func (j jwtService) mint(ctx context.Context, req *workloadpb.JWTSVIDRequest) (*
 	if err := j.issuer.CheckAudience(req.GetAudience()); err != nil {
 		return nil, err
 	}
-	caller, id, err := j.s.authenticate(ctx, "") // the local cluster: JWT requests name none
+	cluster, err := clusterIDHeader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	caller, id, err := j.s.authenticate(ctx, cluster)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -18,8 +19,10 @@ import (
 	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/cluster"
 	"github.com/meshid/meshid/ca/jwtissuer"
+	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
+	"github.com/meshid/meshid/ca/kube/jwtsecret"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/ca/server"
@@ -42,6 +45,8 @@ type Server struct {
 	monitor *monitor.Server      // nil when disabled
 	caDir   *keystore.DirWatcher // nil unless the CA comes from CADir
 	admin   *admin.Server        // nil without AdminSocket
+	jwtKeys jwtissuer.KeySource  // the JWT-SVID signing keys
+	jwtKube *jwtsecret.Store     // nil without a cluster; the jwtKeys shared by the replicas
 
 	mu        sync.Mutex
 	authority *ca.Authority
@@ -91,6 +96,9 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	if err := s.newJWTKeys(); err != nil {
+		return nil, err
 	}
 	if cfg.KubeCASecret {
 		if s.kc == nil {
@@ -184,6 +192,37 @@ func (s *Server) nodeAuthorizer() (*nodeauth.Authorizer, error) {
 	})
 }
 
+// newJWTKeys sets the JWT-SVID signing keys' store: with a cluster, the
+// Secret every replica shares (a token minted by one replica validates
+// against any replica's bundle); without, the state directory, so a
+// restart keeps the tokens already issued valid; with Bundle (embedding,
+// tests), memory.
+func (s *Server) newJWTKeys() error {
+	cfg := s.cfg
+	if s.kc != nil {
+		store, err := jwtsecret.New(jwtsecret.Config{
+			Client: s.kc.controllers, Namespace: cfg.Namespace, Identity: cfg.PodName,
+			Lifetime: cfg.JWTKeyLifetime, TTL: cfg.JWTSVIDTTL,
+			Clock: cfg.Clock, Logger: cfg.Logger, Registerer: cfg.Registerer,
+		})
+		s.jwtKube, s.jwtKeys = store, store
+		return err
+	}
+	dir := ""
+	if cfg.Bundle == nil {
+		dir = cfg.StateDir
+		if err := os.MkdirAll(dir, 0o700); err != nil { // e.g. a read-only root with --ca-dir
+			s.log.Warn("the JWT signing keys stay in memory: a restart will start with new ones", "state_dir", dir, "error", err)
+			dir = ""
+		}
+	}
+	local, err := jwtkeys.NewLocal(jwtkeys.LocalConfig{
+		Dir: dir, Lifetime: cfg.JWTKeyLifetime, TTL: cfg.JWTSVIDTTL, Clock: cfg.Clock, Logger: cfg.Logger,
+	})
+	s.jwtKeys = local
+	return err
+}
+
 // closeKey closes the module key, if any.
 func (s *Server) closeKey() {
 	if s.key != nil {
@@ -219,7 +258,7 @@ func (s *Server) build(b *keystore.Bundle) error {
 	jwtIssuer, err := jwtissuer.New(jwtissuer.Config{
 		TrustDomain: cfg.TrustDomain,
 		TTL:         cfg.JWTSVIDTTL,
-		KeyLifetime: cfg.JWTKeyLifetime,
+		Keys:        s.jwtKeys,
 		Clock:       cfg.Clock,
 		Logger:      cfg.Logger,
 		Registerer:  cfg.Registerer,
@@ -420,6 +459,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.admin != nil {
 		g.Go(func() error { return s.admin.Run(ctx) })
+	}
+	if s.jwtKube != nil {
+		g.Go(func() error { return s.jwtKube.Run(ctx) })
 	}
 	if s.kube != nil && s.cfg.KubeCASecret {
 		b, err := s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)

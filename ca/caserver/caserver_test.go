@@ -18,6 +18,8 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/ca/jwtissuer"
+	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/devissuer"
@@ -117,6 +119,10 @@ func TestConfigErrors(t *testing.T) {
 		"negative TTL":                     {DefaultTTL: -time.Hour},
 		"negative rate limit":              {RateLimit: -1},
 		"missing CA dir":                   {CADir: filepath.Join(t.TempDir(), "absent")},
+		"JWT-SVID TTL over 1h":             {JWTSVIDTTL: jwtissuer.MaxTTL + time.Second},
+		"negative JWT-SVID TTL":            {JWTSVIDTTL: -time.Second},
+		"JWT key lifetime under 10m":       {JWTKeyLifetime: jwtkeys.MinLifetime - time.Second},
+		"JWT key lifetime over 30 days":    {JWTKeyLifetime: jwtkeys.MaxLifetime + time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg.StateDir = t.TempDir()
@@ -124,6 +130,36 @@ func TestConfigErrors(t *testing.T) {
 				t.Fatal("New accepted it")
 			}
 		})
+	}
+}
+
+// TestJWTKeysSurviveARestart: without a cluster the JWT-SVID signing keys
+// live in the state directory (0600), and a restarted CA signs with them,
+// so the tokens it issued before still validate.
+func TestJWTKeysSurviveARestart(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := caserver.New(caserver.Config{StateDir: dir, JWTKeyLifetime: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, jwtkeys.FileName)
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s has mode %v, want 0600", path, fi.Mode().Perm())
+	}
+	if _, err := caserver.New(caserver.Config{StateDir: dir, JWTKeyLifetime: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Error("a restart replaced the JWT signing keys")
+	}
+	if err := os.WriteFile(path, []byte(`{"version":1,"keys":[{"jwk":{"kty":"oct","k":"c2VjcmV0"}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := caserver.New(caserver.Config{StateDir: dir}); err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("a symmetric key in %s: err = %v, want an error naming the file", path, err)
 	}
 }
 

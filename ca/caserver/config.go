@@ -15,6 +15,8 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/cluster"
+	"github.com/meshid/meshid/ca/jwtissuer"
+	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/kubeclient"
@@ -103,9 +105,13 @@ type Config struct {
 	MaxConnectionsPerIP int
 	FirstRequestTimeout time.Duration
 	// JWTSVIDTTL is the lifetime of the JWT-SVIDs the CA mints
-	// (meshid.v1.JWTSVIDService); 0 is ca/jwtissuer's default (5m), at
-	// most 1h. JWTKeyLifetime is how long one JWT signing key signs; 0 is
-	// ca/jwtissuer's default (24h).
+	// (meshid.v1.JWTSVIDService); 0 is jwtissuer.DefaultTTL (5m), at most
+	// jwtissuer.MaxTTL (1h). JWTKeyLifetime is how long one JWT signing key
+	// signs (and is published before it does); 0 is
+	// jwtkeys.DefaultLifetime (24h), within jwtkeys.MinLifetime (10m) and
+	// MaxLifetime (30 days). With a Kubernetes client the replicas share
+	// the keys through a Secret (ca/kube/jwtsecret); without one they are
+	// kept under StateDir (not with Bundle, which keeps them in memory).
 	JWTSVIDTTL     time.Duration
 	JWTKeyLifetime time.Duration
 
@@ -239,6 +245,14 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if len(cfg.TokenAudiences) == 0 {
 		cfg.TokenAudiences = []string{DefaultTokenAudience}
+	}
+	cfg.JWTSVIDTTL = cmp.Or(cfg.JWTSVIDTTL, jwtissuer.DefaultTTL)
+	cfg.JWTKeyLifetime = cmp.Or(cfg.JWTKeyLifetime, jwtkeys.DefaultLifetime)
+	if cfg.JWTSVIDTTL < 0 || cfg.JWTSVIDTTL > jwtissuer.MaxTTL {
+		return cfg, fmt.Errorf("caserver: JWT-SVID TTL %s is not within 0 to %s", cfg.JWTSVIDTTL, jwtissuer.MaxTTL)
+	}
+	if _, err := jwtkeys.CheckLifetime(cfg.JWTKeyLifetime, cfg.JWTSVIDTTL); err != nil {
+		return cfg, fmt.Errorf("caserver: %w", err)
 	}
 	cfg.Namespace = cmp.Or(cfg.Namespace, DefaultNamespace)
 	cfg.GCPercent = cmp.Or(cfg.GCPercent, DefaultGCPercent)

@@ -11,12 +11,12 @@
 // (X.509 TBS structures and JSON payloads), so no cross-protocol confusion
 // is possible, and a leaked JWT key cannot mint certificates.
 //
-// Keys live in memory only and rotate on the injected clock: each key is
-// published for one KeyLifetime before it signs (so every validator that
-// refreshes its bundle more often than that already trusts it), signs for
-// one KeyLifetime, then stays published for TTL more, the life of the last
-// token it signed. The JWKS therefore holds at most three keys. A restarted
-// CA starts with new keys: tokens of the old process stop verifying once
-// validators refresh their bundle, after at most TTL (5 minutes by
-// default) they would have expired anyway.
+// The keys come from a KeySource (package ca/jwtkeys): each is published
+// one lifetime before it signs, signs for one lifetime, then stays
+// published for TTL more, the life of the last token it signed, so the
+// JWKS holds at most three keys. A single CA keeps them in memory and under
+// its --state-dir (jwtkeys.Local), so a restart keeps the tokens already
+// issued valid; the replicas of a CA in Kubernetes share them through a
+// Secret that the elected leader writes (ca/kube/jwtsecret), so a token
+// minted by one replica validates against the bundle of any other.
 package jwtissuer

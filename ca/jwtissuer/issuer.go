@@ -2,15 +2,11 @@ package jwtissuer
 
 import (
 	"cmp"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -21,6 +17,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/metric"
 )
@@ -32,25 +29,34 @@ const (
 	// MaxTTL is the longest TTL a Config may set.
 	MaxTTL = time.Hour
 	// DefaultKeyLifetime is how long one signing key signs (and how long
-	// it is published before it does).
-	DefaultKeyLifetime = 24 * time.Hour
-	// MinKeyLifetime is the shortest KeyLifetime: validators must have
-	// time to fetch a key before it signs.
-	MinKeyLifetime = 10 * time.Minute
+	// it is published before it does): jwtkeys.DefaultLifetime.
+	DefaultKeyLifetime = jwtkeys.DefaultLifetime
 	// DefaultMaxAudiences bounds the audiences of one token.
 	DefaultMaxAudiences = 16
 	// DefaultMaxAudienceLength bounds one audience, in bytes.
 	DefaultMaxAudienceLength = 256
 )
 
+// KeySource holds the signing keys: the Set returned is right for the
+// current time. *jwtkeys.Local (one process) and *jwtsecret.Store (the
+// replicas of a CA in Kubernetes, ca/kube/jwtsecret) are ones.
+type KeySource interface {
+	Keys() (*jwtkeys.Set, error)
+}
+
 // Config configures an Issuer.
 type Config struct {
 	// TrustDomain of the tokens' subjects. Required.
 	TrustDomain spiffeid.TrustDomain
-	// TTL is the tokens' lifetime; 0 means DefaultTTL, at most MaxTTL.
+	// TTL is the tokens' lifetime; 0 means DefaultTTL, at most MaxTTL. A
+	// Keys source must keep retired keys published for at least as long.
 	TTL time.Duration
-	// KeyLifetime is how long each signing key signs; 0 means
-	// DefaultKeyLifetime, at least MinKeyLifetime.
+	// Keys holds the signing keys; nil keeps them in memory (a
+	// jwtkeys.Local without a directory) with KeyLifetime.
+	Keys KeySource
+	// KeyLifetime is how long each in-memory signing key signs; 0 means
+	// DefaultKeyLifetime, within jwtkeys.MinLifetime and MaxLifetime.
+	// Unused with Keys.
 	KeyLifetime time.Duration
 	// MaxAudiences and MaxAudienceLength bound a request's audiences; 0
 	// means DefaultMaxAudiences and DefaultMaxAudienceLength.
@@ -62,78 +68,57 @@ type Config struct {
 	Registerer prometheus.Registerer // nil registers no metrics
 }
 
-// key is one signing key and the interval in which it signs.
-type key struct {
-	id           string // RFC 7638 thumbprint, base64url
-	priv         *ecdsa.PrivateKey
-	signer       jose.Signer
-	from, until  time.Time
-	retiredUntil time.Time // until + TTL: published until then
-}
-
 // Issuer mints JWT-SVIDs and publishes their keys. It is safe for
 // concurrent use.
 type Issuer struct {
 	td        spiffeid.TrustDomain
 	ttl       time.Duration
-	lifetime  time.Duration
+	keys      KeySource
 	maxAud    int
 	maxAudLen int
 	clock     clock.Clock
-	log       *slog.Logger
 	issued    prometheus.Counter
-	rotations prometheus.Counter
 
-	mu   sync.Mutex
-	keys []*key // published, oldest first; keys[len-2] signs, keys[len-1] is next
-	jwks []byte // of keys, rebuilt when they change
+	mu      sync.Mutex
+	signers map[string]jose.Signer // by key ID, of the keys last seen
+	jwksOf  []string               // the key IDs jwks holds
+	jwks    []byte
 }
 
-// New validates cfg and returns an Issuer holding its first two keys (the
-// signing one and the next, already published).
+// New validates cfg and returns an Issuer.
 func New(cfg Config) (*Issuer, error) {
 	if cfg.TrustDomain.IsZero() {
 		return nil, errors.New("jwtissuer: Config.TrustDomain is required")
 	}
 	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
-	cfg.KeyLifetime = cmp.Or(cfg.KeyLifetime, DefaultKeyLifetime)
 	cfg.MaxAudiences = cmp.Or(cfg.MaxAudiences, DefaultMaxAudiences)
 	cfg.MaxAudienceLength = cmp.Or(cfg.MaxAudienceLength, DefaultMaxAudienceLength)
 	switch {
 	case cfg.TTL < 0 || cfg.TTL > MaxTTL:
 		return nil, fmt.Errorf("jwtissuer: TTL %s is not within 0 to %s", cfg.TTL, MaxTTL)
-	case cfg.KeyLifetime < MinKeyLifetime:
-		return nil, fmt.Errorf("jwtissuer: key lifetime %s is shorter than %s", cfg.KeyLifetime, MinKeyLifetime)
 	case cfg.MaxAudiences < 0 || cfg.MaxAudienceLength < 0:
 		return nil, errors.New("jwtissuer: audience limits must not be negative")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	if cfg.Keys == nil {
+		local, err := jwtkeys.NewLocal(jwtkeys.LocalConfig{
+			Lifetime: cfg.KeyLifetime, TTL: cfg.TTL, Clock: cfg.Clock, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("jwtissuer: %w", err)
+		}
+		cfg.Keys = local
 	}
 	i := &Issuer{
-		td: cfg.TrustDomain, ttl: cfg.TTL, lifetime: cfg.KeyLifetime,
+		td: cfg.TrustDomain, ttl: cfg.TTL, keys: cfg.Keys,
 		maxAud: cfg.MaxAudiences, maxAudLen: cfg.MaxAudienceLength,
-		clock: clock.OrReal(cfg.Clock), log: cfg.Logger,
-		issued:    metric.Counter("meshid_jwtsvid_issued_total", "JWT-SVIDs issued by the CA."),
-		rotations: metric.Counter("meshid_jwtsvid_key_rotations_total", "JWT signing keys retired for the next one."),
+		clock:   clock.OrReal(cfg.Clock),
+		issued:  metric.Counter("meshid_jwtsvid_issued_total", "JWT-SVIDs issued by the CA."),
+		signers: map[string]jose.Signer{},
 	}
 	if cfg.Registerer != nil {
-		if err := metric.Register(cfg.Registerer, i.issued, i.rotations); err != nil {
+		if err := metric.Register(cfg.Registerer, i.issued); err != nil {
 			return nil, err
 		}
-	}
-	now := i.clock.Now()
-	cur, err := i.newKey(now)
-	if err != nil {
-		return nil, err
-	}
-	next, err := i.newKey(cur.until)
-	if err != nil {
-		return nil, err
-	}
-	i.keys = []*key{cur, next}
-	if err := i.rebuild(); err != nil {
-		return nil, err
 	}
 	return i, nil
 }
@@ -144,84 +129,61 @@ func (i *Issuer) TrustDomain() spiffeid.TrustDomain { return i.td }
 // TTL is the lifetime of the tokens.
 func (i *Issuer) TTL() time.Duration { return i.ttl }
 
-// newKey generates a P-256 key that signs from from for one lifetime.
-func (i *Issuer) newKey(from time.Time) (*key, error) {
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// keySet returns the source's Set, as a ca error.
+func (i *Issuer) keySet() (*jwtkeys.Set, error) {
+	set, err := i.keys.Keys()
 	if err != nil {
-		return nil, fmt.Errorf("jwtissuer: generate key: %w", err)
+		return nil, ca.Wrap(ca.KindUnavailable, err, "the JWT signing keys are not available")
 	}
-	jwk := jose.JSONWebKey{Key: priv.Public(), Algorithm: string(jose.ES256), Use: "sig"}
-	tp, err := jwk.Thumbprint(crypto.SHA256)
-	if err != nil {
-		return nil, fmt.Errorf("jwtissuer: key thumbprint: %w", err)
+	return set, nil
+}
+
+// signer returns the signer of k, made once per key.
+func (i *Issuer) signer(k jwtkeys.Key) (jose.Signer, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if s, ok := i.signers[k.ID]; ok {
+		return s, nil
 	}
-	kid := base64.RawURLEncoding.EncodeToString(tp)
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: priv},
-		(&jose.SignerOptions{}).WithType("JWT").WithHeader(jose.HeaderKey("kid"), kid))
+	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: k.Private},
+		(&jose.SignerOptions{}).WithType("JWT").WithHeader(jose.HeaderKey("kid"), k.ID))
 	if err != nil {
 		return nil, fmt.Errorf("jwtissuer: signer: %w", err)
 	}
-	until := from.Add(i.lifetime)
-	return &key{id: kid, priv: priv, signer: signer, from: from, until: until, retiredUntil: until.Add(i.ttl)}, nil
-}
-
-// rotateLocked makes the key set right for now: the key that signs at now
-// and the next one published, retired keys kept until their last token
-// expires. A clock that jumped far ahead starts over with fresh keys.
-func (i *Issuer) rotateLocked(now time.Time) error {
-	changed := false
-	for cur := i.keys[len(i.keys)-2]; !now.Before(cur.until); cur = i.keys[len(i.keys)-2] {
-		from := i.keys[len(i.keys)-1].until
-		if now.Sub(from) >= i.lifetime { // more than a lifetime without a call
-			from = now
-		}
-		next, err := i.newKey(from)
-		if err != nil {
-			return err
-		}
-		i.keys = append(i.keys, next)
-		i.rotations.Inc()
-		changed = true
-		i.log.Info("JWT signing key rotated", "kid", i.keys[len(i.keys)-2].id, "next_kid", next.id)
+	if len(i.signers) >= 2*jwtkeys.MaxKeys { // keys come and go: forget the old ones
+		clear(i.signers)
 	}
-	keep := i.keys[:0]
-	for n, k := range i.keys {
-		if n >= len(i.keys)-2 || now.Before(k.retiredUntil) {
-			keep = append(keep, k)
-		} else {
-			changed = true
-		}
-	}
-	i.keys = keep
-	if !changed {
-		return nil
-	}
-	return i.rebuild()
-}
-
-// rebuild encodes the JWKS of the published keys.
-func (i *Issuer) rebuild() error {
-	set := jose.JSONWebKeySet{Keys: make([]jose.JSONWebKey, 0, len(i.keys))}
-	for _, k := range i.keys {
-		set.Keys = append(set.Keys, jose.JSONWebKey{Key: k.priv.Public(), KeyID: k.id, Algorithm: string(jose.ES256), Use: "jwt-svid"})
-	}
-	b, err := json.Marshal(set)
-	if err != nil {
-		return fmt.Errorf("jwtissuer: encode JWKS: %w", err)
-	}
-	i.jwks = b
-	return nil
+	i.signers[k.ID] = s
+	return s, nil
 }
 
 // JWKS returns the bundle (an RFC 7517 key set) that verifies every token
 // not yet expired, and the next key. The slice must not be modified.
 func (i *Issuer) JWKS() ([]byte, error) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if err := i.rotateLocked(i.clock.Now()); err != nil {
+	set, err := i.keySet()
+	if err != nil {
 		return nil, err
 	}
-	return i.jwks, nil
+	keys := set.Published(i.clock.Now(), i.ttl)
+	ids := make([]string, len(keys))
+	for n, k := range keys {
+		ids[n] = k.ID
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if slices.Equal(ids, i.jwksOf) {
+		return i.jwks, nil
+	}
+	jwks := jose.JSONWebKeySet{Keys: make([]jose.JSONWebKey, 0, len(keys))}
+	for _, k := range keys {
+		jwks.Keys = append(jwks.Keys, jose.JSONWebKey{Key: k.Private.Public(), KeyID: k.ID, Algorithm: string(jose.ES256), Use: "jwt-svid"})
+	}
+	b, err := json.Marshal(jwks)
+	if err != nil {
+		return nil, ca.Wrap(ca.KindInternal, err, "cannot encode the JWKS")
+	}
+	i.jwks, i.jwksOf = b, ids
+	return b, nil
 }
 
 // Token is a minted JWT-SVID.
@@ -241,13 +203,18 @@ func (i *Issuer) Issue(id spiffeid.ID, audience []string) (*Token, error) {
 	if id.TrustDomain() != i.td {
 		return nil, ca.Errorf(ca.KindPermissionDenied, "%s is not in trust domain %s", id, i.td.Name())
 	}
-	i.mu.Lock()
-	now := i.clock.Now()
-	err := i.rotateLocked(now)
-	k := i.keys[len(i.keys)-2]
-	i.mu.Unlock()
+	set, err := i.keySet()
 	if err != nil {
-		return nil, ca.Wrap(ca.KindInternal, err, "cannot rotate the JWT signing key")
+		return nil, err
+	}
+	now := i.clock.Now()
+	k, ok := set.Signing(now)
+	if !ok {
+		return nil, ca.Errorf(ca.KindUnavailable, "no JWT signing key is current (the leader has not rotated the keys)")
+	}
+	signer, err := i.signer(k)
+	if err != nil {
+		return nil, ca.Wrap(ca.KindInternal, err, "cannot sign the JWT-SVID")
 	}
 	exp := now.Add(i.ttl)
 	claims := jwt.Claims{
@@ -256,12 +223,12 @@ func (i *Issuer) Issue(id spiffeid.ID, audience []string) (*Token, error) {
 		IssuedAt: jwt.NewNumericDate(now),
 		Expiry:   jwt.NewNumericDate(exp),
 	}
-	tok, err := jwt.Signed(k.signer).Claims(claims).Serialize()
+	tok, err := jwt.Signed(signer).Claims(claims).Serialize()
 	if err != nil {
 		return nil, ca.Wrap(ca.KindInternal, err, "cannot sign the JWT-SVID")
 	}
 	i.issued.Inc()
-	return &Token{Token: tok, KeyID: k.id, Expiry: exp.Truncate(time.Second)}, nil
+	return &Token{Token: tok, KeyID: k.ID, Expiry: exp.Truncate(time.Second)}, nil
 }
 
 // CheckAudience returns InvalidArgument unless audience is acceptable for

@@ -2,6 +2,7 @@ package jwtissuer_test
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/jwtissuer"
+	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
 )
@@ -183,5 +185,42 @@ func TestConfigValidation(t *testing.T) {
 	i, err := jwtissuer.New(jwtissuer.Config{TrustDomain: td})
 	if err != nil || i.TTL() != jwtissuer.DefaultTTL {
 		t.Errorf("defaults: %v, TTL %v", err, i.TTL())
+	}
+}
+
+// keySource is a KeySource of a fixed Set (or error): what a replica that
+// only reads a shared Set sees.
+type keySource struct {
+	set *jwtkeys.Set
+	err error
+}
+
+func (k keySource) Keys() (*jwtkeys.Set, error) { return k.set, k.err }
+
+func TestIssuersSharingKeysValidateEachOther(t *testing.T) {
+	set, _, err := jwtkeys.Rotate(nil, time.Now(), time.Hour, jwtissuer.DefaultTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := newIssuer(t, jwtissuer.Config{Keys: keySource{set: set}})
+	b, _ := newIssuer(t, jwtissuer.Config{Keys: keySource{set: set}})
+	tok, err := a.Issue(id, []string{"orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jwtsvid.ParseAndValidate(tok.Token, bundle(t, b), []string{"orders"}); err != nil {
+		t.Errorf("a token of one issuer against the other's bundle: %v", err)
+	}
+	// A replica whose keys are not loaded (or all retired) refuses with
+	// Unavailable, a code the agent retries.
+	for name, src := range map[string]keySource{
+		"not loaded": {err: errors.New("not yet")},
+		"stale":      {set: &jwtkeys.Set{Keys: set.Keys[:1]}},
+	} {
+		i, clk := newIssuer(t, jwtissuer.Config{Keys: src})
+		clk.Add(2 * time.Hour)
+		if _, err := i.Issue(id, []string{"a"}); ca.KindOf(err) != ca.KindUnavailable {
+			t.Errorf("%s: err = %v, want Unavailable", name, err)
+		}
 	}
 }

@@ -1,6 +1,10 @@
 package server
 
 import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meshid/meshid/ca"
@@ -30,4 +34,24 @@ func clusterID(md *structpb.Struct) (string, error) {
 		return "", ca.Wrap(ca.KindInvalidArgument, err, "metadata "+ClusterIDKey+": "+err.Error())
 	}
 	return str.StringValue, nil
+}
+
+// clusterIDHeader reads ClusterID from the gRPC request headers, where
+// pilot-agent also sends it and where a JWT-SVID request (whose message has
+// no metadata) carries it: "" when absent or empty; InvalidArgument when it
+// is sent more than once or is not a cluster ID. The same value then routes
+// the request as CreateCertificate's metadata does (ca/cluster Router).
+func clusterIDHeader(ctx context.Context) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get(strings.ToLower(ClusterIDKey))
+	switch {
+	case len(vals) == 0 || (len(vals) == 1 && vals[0] == ""):
+		return "", nil
+	case len(vals) > 1:
+		return "", ca.Errorf(ca.KindInvalidArgument, "header %s sent %d times", ClusterIDKey, len(vals))
+	}
+	if err := cluster.CheckID(vals[0]); err != nil {
+		return "", ca.Wrap(ca.KindInvalidArgument, err, "header "+ClusterIDKey+": "+err.Error())
+	}
+	return vals[0], nil
 }

@@ -2,16 +2,24 @@ package server_test
 
 import (
 	"context"
+	"crypto/tls"
 	"strings"
 	"testing"
 
+	workloadpb "github.com/spiffe/go-spiffe/v2/proto/spiffe/workload"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/jwtissuer"
+	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/jwtapi"
 	"github.com/meshid/meshid/internal/testkit"
 )
 
@@ -76,6 +84,59 @@ func TestClusterIDMetadata(t *testing.T) {
 	// 1 MB exceeds the request size limit: refused by gRPC itself.
 	if err := call(structpb.NewStringValue(strings.Repeat("a", 1<<20))); status.Code(err) == codes.OK {
 		t.Fatal("1 MB ClusterID accepted")
+	}
+	if n := rec.calls.Load(); n != calls {
+		t.Fatalf("%d bad ClusterIDs reached authentication", n-calls)
+	}
+}
+
+// TestClusterIDHeaderOfJWTRequests: a JWT-SVID request names its cluster
+// in the ClusterID header (its message has no metadata); the value reaches
+// the authenticators as for CreateCertificate, and a bad one (odd
+// characters, too long, sent twice) is refused before authentication.
+func TestClusterIDHeaderOfJWTRequests(t *testing.T) {
+	rec := &clusterRecorder{}
+	iss, err := jwtissuer.New(jwtissuer.Config{TrustDomain: td})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOpts{
+		cfg: func(c *server.Config) { c.JWT = iss },
+		auths: func(e *env) []authn.Authenticator {
+			rec.next = e.srvAuth(t)
+			return []authn.Authenticator{rec}
+		},
+	})
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: e.pool(), ServerName: "localhost"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := jwtapi.NewClient(conn)
+	ctx := withToken(context.Background(), e.token(t, "shop", "cart"))
+	call := func(kv ...string) error {
+		_, err := c.MintJWTSVID(metadata.AppendToOutgoingContext(ctx, kv...), &workloadpb.JWTSVIDRequest{Audience: []string{"orders"}})
+		return err
+	}
+	for _, kv := range [][]string{nil, {"ClusterID", "east-1"}, {"clusterid", ""}} {
+		if err := call(kv...); err != nil {
+			t.Fatalf("%q: %v", kv, err)
+		}
+	}
+	if strings.Join(rec.got, ",") != ",east-1," {
+		t.Fatalf("authenticators saw ClusterIDs %q", rec.got)
+	}
+	calls := rec.calls.Load()
+	for name, kv := range map[string][]string{
+		"slash":     {"ClusterID", "../../etc"},
+		"space":     {"ClusterID", "east 1"},
+		"254 bytes": {"ClusterID", strings.Repeat("a", 254)},
+		"twice":     {"ClusterID", "east-1", "clusterid", "west-2"},
+	} {
+		err := call(kv...)
+		if status.Code(err) != codes.InvalidArgument || len(err.Error()) > 400 {
+			t.Errorf("%s: %v (%d bytes), want a short InvalidArgument", name, err, len(err.Error()))
+		}
 	}
 	if n := rec.calls.Load(); n != calls {
 		t.Fatalf("%d bad ClusterIDs reached authentication", n-calls)

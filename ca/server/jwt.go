@@ -55,7 +55,11 @@ func (j jwtService) mint(ctx context.Context, req *workloadpb.JWTSVIDRequest) (*
 	if err := j.issuer.CheckAudience(req.GetAudience()); err != nil {
 		return nil, err
 	}
-	caller, id, err := j.s.authenticate(ctx, "") // the local cluster: JWT requests name none
+	cluster, err := clusterIDHeader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	caller, id, err := j.s.authenticate(ctx, cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -75,8 +79,8 @@ func (j jwtService) mint(ctx context.Context, req *workloadpb.JWTSVIDRequest) (*
 // validator (not only callers with a token) needs it.
 func (j jwtService) FetchJWTBundles(context.Context, *workloadpb.JWTBundlesRequest) (*workloadpb.JWTBundlesResponse, error) {
 	jwks, err := j.issuer.JWKS()
-	if err != nil {
-		return nil, toStatus(ca.Wrap(ca.KindInternal, err, "cannot build the JWT bundle"))
+	if err != nil { // Unavailable until a replica has loaded the shared keys
+		return nil, toStatus(err)
 	}
 	return &workloadpb.JWTBundlesResponse{Bundles: map[string][]byte{j.s.authority.TrustDomain().IDString(): jwks}}, nil
 }

@@ -133,3 +133,13 @@ func TestAgentAlias(t *testing.T) {
 		t.Fatalf("meshid agent: %+v", got)
 	}
 }
+
+// TestServerJWTFlags: --jwt-svid-ttl and --jwt-key-lifetime reach the CA's
+// Config; their limits are caserver's (TestConfigErrors there).
+func TestServerJWTFlags(t *testing.T) {
+	clearServerEnv(t)
+	c := serverConfigOf(t, "--jwt-svid-ttl", "2m", "--jwt-key-lifetime", "6h")
+	if c.JWTSVIDTTL != 2*time.Minute || c.JWTKeyLifetime != 6*time.Hour {
+		t.Errorf("JWTSVIDTTL %s, JWTKeyLifetime %s", c.JWTSVIDTTL, c.JWTKeyLifetime)
+	}
+}

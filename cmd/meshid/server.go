@@ -15,6 +15,8 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/ca/jwtissuer"
+	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	kubeclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/ca/kube/rootpublisher"
@@ -56,6 +58,8 @@ type serverFlags struct {
 	maxConnectionsPerIP int
 	firstRequestTimeout time.Duration
 	servingTTL          time.Duration
+	jwtSVIDTTL          time.Duration
+	jwtKeyLifetime      time.Duration
 	kubeQPS             float32
 	kubeBurst           int
 	publishRootCM       bool
@@ -104,6 +108,8 @@ func (f *serverFlags) registerHardening(fs *pflag.FlagSet) {
 	fs.IntVar(&f.maxConnectionsPerIP, "max-connections-per-ip", server.DefaultMaxConnectionsPerIP, "connections open at once from one peer IP")
 	fs.DurationVar(&f.firstRequestTimeout, "first-request-timeout", server.DefaultFirstRequestTimeout, "close a connection that has not begun a request by then (TLS handshake included)")
 	fs.DurationVar(&f.servingTTL, "serving-ttl", server.DefaultServingTTL, "lifetime of the CA's own serving certificate (independent of --max-ttl)")
+	fs.DurationVar(&f.jwtSVIDTTL, "jwt-svid-ttl", jwtissuer.DefaultTTL, "lifetime of the JWT-SVIDs the CA mints (at most 1h)")
+	fs.DurationVar(&f.jwtKeyLifetime, "jwt-key-lifetime", jwtkeys.DefaultLifetime, "how long one JWT-SVID signing key signs, and is published before it does (10m to 720h)")
 	fs.Float32Var(&f.kubeQPS, "kube-qps", kubeclient.DefaultQPS, "TokenReview requests per second to the API server (client-side limit; see README to size it)")
 	fs.IntVar(&f.kubeBurst, "kube-burst", kubeclient.DefaultBurst, "TokenReview burst above --kube-qps")
 	fs.BoolVar(&f.publishRootCM, "publish-root-configmap", true, "with a Kubernetes client, elect a leader that publishes istio-ca-root-cert to the selected namespaces (false where istiod still publishes it)")
@@ -152,6 +158,8 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 		MaxConnectionsPerIP:  f.maxConnectionsPerIP,
 		FirstRequestTimeout:  f.firstRequestTimeout,
 		ServingTTL:           f.servingTTL,
+		JWTSVIDTTL:           f.jwtSVIDTTL,
+		JWTKeyLifetime:       f.jwtKeyLifetime,
 		KubeQPS:              f.kubeQPS,
 		KubeBurst:            f.kubeBurst,
 		DisableRootConfigMap: !f.publishRootCM,

@@ -49,7 +49,8 @@ type Config struct {
 	// TokenFile holds the service-account token sent as a bearer token. It
 	// is re-read for every request. Required.
 	TokenFile string
-	// ClusterID, when set, is sent as "ClusterID" in the request metadata.
+	// ClusterID, when set, is sent as "ClusterID" in the request metadata
+	// (CreateCertificate) or as a gRPC header (MintJWTSVID).
 	ClusterID string
 	// Timeout bounds each request (a network deadline, in real time); 0
 	// means 30s.
@@ -71,6 +72,7 @@ type Client struct {
 	api       pb.IstioCertificateServiceClient
 	tokenFile string
 	meta      *structpb.Struct
+	clusterID string // also sent as the ClusterID header of JWT-SVID requests
 	timeout   time.Duration
 	clock     clock.Clock
 	log       *slog.Logger
@@ -99,6 +101,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{
 		roots:     &rootPool{},
 		tokenFile: cfg.TokenFile,
+		clusterID: cfg.ClusterID,
 		timeout:   cfg.Timeout,
 		clock:     clock.OrReal(cfg.Clock),
 		log:       cfg.Logger,

@@ -24,6 +24,9 @@ func (c *Client) MintJWTSVID(ctx context.Context, id spiffeid.ID, audience []str
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	if c.clusterID != "" { // the request message has no metadata: the CA reads the header
+		ctx = metadata.AppendToOutgoingContext(ctx, "ClusterID", c.clusterID)
+	}
 	resp, err := jwtapi.NewClient(c.conn).MintJWTSVID(ctx, &workloadpb.JWTSVIDRequest{Audience: audience, SpiffeId: id.String()})
 	if err != nil {
 		c.log.Debug("MintJWTSVID failed", "code", FailureCode(err), "error", err)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/internal/jwtapi"
@@ -106,4 +107,40 @@ func (f fixedJWT) MintJWTSVID(context.Context, *workloadpb.JWTSVIDRequest) (*wor
 
 func (f fixedJWT) FetchJWTBundles(context.Context, *workloadpb.JWTBundlesRequest) (*workloadpb.JWTBundlesResponse, error) {
 	return &workloadpb.JWTBundlesResponse{}, nil
+}
+
+// clusterSeen records the ClusterID the CA's authentication saw.
+type clusterSeen struct {
+	next authn.Authenticator
+	got  []string
+}
+
+func (c *clusterSeen) Authenticate(ctx context.Context, creds authn.Credentials) (*authn.Caller, error) {
+	c.got = append(c.got, creds.ClusterID)
+	return c.next.Authenticate(ctx, creds)
+}
+
+// TestMintJWTSVIDSendsClusterID: with Config.ClusterID the JWT-SVID
+// request names the agent's cluster (as a header: the message has no
+// metadata), so the real CA routes it as it routes CreateCertificate.
+func TestMintJWTSVIDSendsClusterID(t *testing.T) {
+	r := startRealCA(t, 0)
+	iss, err := jwtissuer.New(jwtissuer.Config{TrustDomain: td})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := &clusterSeen{next: r.auth}
+	addr, _ := testkit.ServeCA(t, server.Config{Authority: r.authority, Authenticator: seen, JWT: iss})
+	tok := tokenPath(t)
+	r.token(tok, "default", "default")
+	id := spiffeid.RequireFromString(workload)
+	for _, cluster := range []string{"east-1", ""} {
+		c := newClient(t, caclient.Config{Addr: addr, ServerName: "localhost", Roots: r.roots, TokenFile: tok, ClusterID: cluster})
+		if _, err := c.MintJWTSVID(context.Background(), id, []string{"orders"}); err != nil {
+			t.Fatalf("ClusterID %q: %v", cluster, err)
+		}
+	}
+	if len(seen.got) != 2 || seen.got[0] != "east-1" || seen.got[1] != "" {
+		t.Errorf("the CA saw ClusterIDs %q, want east-1 then none", seen.got)
+	}
 }

@@ -147,7 +147,7 @@ var everyServerValue = []string{
 	"server.rateLimit=2.5", "server.kubeQPS=100", "server.kubeBurst=200", "server.publishRootConfigMap=false",
 	"server.rootConfigMapNamespaces=istio-injection=enabled", "server.trustedNodeAccounts={istio-system/ztunnel}",
 	"server.maxConnections=1000000", "server.maxConnectionsPerIP=64", "server.firstRequestTimeout=5s",
-	"server.servingTTL=12h", "server.servingDNSNames={ca.example.org}", "server.logLevel=debug", "server.logFormat=text",
+	"server.servingTTL=12h", "server.jwtSVIDTTL=2m", "server.jwtKeyLifetime=6h", "server.servingDNSNames={ca.example.org}", "server.logLevel=debug", "server.logFormat=text",
 }
 
 // TestTemplateKubeCASecretAndNodeMode: the Secret-held CA, a registry

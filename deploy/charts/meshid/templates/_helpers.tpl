@@ -62,6 +62,8 @@ as integers (YAML numbers are floats, and 1e+06 is no --max-connections). */}}
   (list "max-connections-per-ip" $s.maxConnectionsPerIP)
   (list "first-request-timeout" $s.firstRequestTimeout)
   (list "serving-ttl" $s.servingTTL)
+  (list "jwt-svid-ttl" $s.jwtSVIDTTL)
+  (list "jwt-key-lifetime" $s.jwtKeyLifetime)
   (list "log-level" $s.logLevel)
   (list "log-format" $s.logFormat) -}}
 {{- range $f := $flags -}}

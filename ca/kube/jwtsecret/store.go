@@ -1,0 +1,325 @@
+package jwtsecret
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshid/meshid/ca/jwtkeys"
+	"github.com/meshid/meshid/ca/kube/election"
+	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/metric"
+)
+
+// Names, type and defaults.
+const (
+	DefaultSecretName = "meshid-jwt-keys"
+	DefaultLeaseName  = "meshid-jwt-keys"
+	// DataKey holds the encoded Set in the Secret.
+	DataKey = "jwt-keys.json"
+	// SecretType marks the Secret as this package's.
+	SecretType corev1.SecretType = "meshid.io/jwt-signing-keys"
+	// DefaultRetryInterval is the leader's wait after a failed write.
+	DefaultRetryInterval = 5 * time.Second
+	// DefaultResync is the longest the leader waits between two looks at
+	// the Secret, whatever the schedule says.
+	DefaultResync = 5 * time.Minute
+)
+
+// ErrNotLoaded is returned by Keys and Ready until a Set has been loaded.
+var ErrNotLoaded = errors.New("jwtsecret: no JWT signing keys loaded from the Secret yet")
+
+// Config configures a Store.
+type Config struct {
+	Client    kubernetes.Interface // the controllers' client; required
+	Namespace string               // the CA's namespace; required
+	Identity  string               // this replica (the pod name); required
+
+	SecretName string // "" = DefaultSecretName
+	LeaseName  string // "" = DefaultLeaseName
+
+	// Lifetime of each key; 0 means jwtkeys.DefaultLifetime.
+	Lifetime time.Duration
+	// TTL of the tokens: how long a retired key stays published. Required.
+	TTL time.Duration
+
+	RetryInterval time.Duration // 0 = DefaultRetryInterval
+	Resync        time.Duration // 0 = DefaultResync
+
+	// The leader election's timing; 0 = the election package's defaults.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+
+	Clock      clock.Clock           // nil = real time
+	Logger     *slog.Logger          // nil discards logs
+	Registerer prometheus.Registerer // nil = no metrics
+}
+
+// Store loads the shared Set and, on the leader, writes it. Create it with
+// New, then Run it.
+type Store struct {
+	cfg     Config
+	clock   clock.Clock
+	log     *slog.Logger
+	elector *election.Elector
+	loads   *prometheus.CounterVec
+	writes  prometheus.Counter
+
+	current  atomic.Pointer[jwtkeys.Set]
+	loadedCh chan struct{} // closed at the first load
+	poke     chan struct{} // (len 1) the Secret changed: the leader looks again
+
+	mu       sync.Mutex
+	lastData string // the Secret data last parsed, loaded or not
+	informer cache.SharedIndexInformer
+}
+
+// New validates cfg and returns a Store. It starts nothing.
+func New(cfg Config) (*Store, error) {
+	switch {
+	case cfg.Client == nil:
+		return nil, errors.New("jwtsecret: Client is required")
+	case cfg.Namespace == "":
+		return nil, errors.New("jwtsecret: Namespace is required")
+	case cfg.Identity == "":
+		return nil, errors.New("jwtsecret: Identity is required")
+	case cfg.RetryInterval < 0 || cfg.Resync < 0:
+		return nil, errors.New("jwtsecret: intervals must not be negative")
+	}
+	var err error
+	if cfg.Lifetime, err = jwtkeys.CheckLifetime(cfg.Lifetime, cfg.TTL); err != nil {
+		return nil, fmt.Errorf("jwtsecret: %w", err)
+	}
+	cfg.SecretName = cmp.Or(cfg.SecretName, DefaultSecretName)
+	cfg.LeaseName = cmp.Or(cfg.LeaseName, DefaultLeaseName)
+	cfg.RetryInterval = cmp.Or(cfg.RetryInterval, DefaultRetryInterval)
+	cfg.Resync = cmp.Or(cfg.Resync, DefaultResync)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{
+		cfg:      cfg,
+		clock:    clock.OrReal(cfg.Clock),
+		log:      log.With("component", "jwtsecret", "secret", cfg.Namespace+"/"+cfg.SecretName),
+		loadedCh: make(chan struct{}),
+		poke:     make(chan struct{}, 1),
+		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshid_jwt_key_secret_loads_total",
+			Help: "Versions of the JWT signing key Secret seen, by result (loaded or invalid).",
+		}, []string{"result"}),
+		writes: metric.Counter("meshid_jwt_key_secret_writes_total",
+			"JWT signing key Secrets created or updated by this replica as the leader."),
+	}
+	if err := metric.Register(cfg.Registerer, s.loads, s.writes); err != nil {
+		return nil, fmt.Errorf("jwtsecret: register metrics: %w", err)
+	}
+	// The CA's own Lease (ca/kube) has its own leader gauge; this one
+	// registers none, so the two never collide in one registry.
+	s.elector, err = election.New(election.Config{
+		Client:        cfg.Client,
+		Namespace:     cfg.Namespace,
+		LeaseName:     cfg.LeaseName,
+		Identity:      cfg.Identity,
+		LeaseDuration: cfg.LeaseDuration,
+		RenewDeadline: cfg.RenewDeadline,
+		RetryPeriod:   cfg.RetryPeriod,
+		Lead:          s.lead,
+		Logger:        log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jwtsecret: %w", err)
+	}
+	return s, nil
+}
+
+// Keys returns the last valid Set loaded from the Secret, or ErrNotLoaded.
+// It never rotates: the Issuer picks the key that signs now from the Set.
+func (s *Store) Keys() (*jwtkeys.Set, error) {
+	if set := s.current.Load(); set != nil {
+		return set, nil
+	}
+	return nil, ErrNotLoaded
+}
+
+// Ready returns nil once a Set has been loaded, else ErrNotLoaded.
+func (s *Store) Ready() error {
+	_, err := s.Keys()
+	return err
+}
+
+// WaitForKeys blocks until a Set has been loaded or ctx ends.
+func (s *Store) WaitForKeys(ctx context.Context) error {
+	select {
+	case <-s.loadedCh:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("jwtsecret: waiting for the JWT signing keys: %w", ctx.Err())
+	}
+}
+
+// IsLeader reports whether this replica writes the Secret.
+func (s *Store) IsLeader() bool { return s.elector.IsLeader() }
+
+// Run watches the Secret and campaigns for the Lease until ctx ends. Only
+// one Run per Store.
+func (s *Store) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.informer != nil {
+		s.mu.Unlock()
+		return errors.New("jwtsecret: Run called twice")
+	}
+	s.informer = coreinformers.NewFilteredSecretInformer(s.cfg.Client, s.cfg.Namespace, 0, cache.Indexers{},
+		func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.cfg.SecretName).String()
+		})
+	inf := s.informer
+	s.mu.Unlock()
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.load(o) },
+		UpdateFunc: func(_, o any) { s.load(o) },
+		DeleteFunc: func(any) { s.log.Warn("the JWT signing key Secret was deleted; keeping the keys in use"); s.wake() },
+	})
+	go inf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil // ctx ended
+	}
+	return s.elector.Run(ctx)
+}
+
+// wake asks the leader to look at the Secret now.
+func (s *Store) wake() {
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
+}
+
+// load parses a version of the Secret and uses it if it is valid.
+func (s *Store) load(obj any) {
+	sec, ok := obj.(*corev1.Secret)
+	if !ok {
+		return
+	}
+	data := sec.Data[DataKey]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if string(data) == s.lastData {
+		return // a resync, or the leader's own write seen again
+	}
+	s.lastData = string(data)
+	log := s.log.With("resource_version", sec.ResourceVersion)
+	set, err := jwtkeys.Parse(data)
+	if err != nil {
+		s.loads.WithLabelValues("invalid").Inc()
+		log.Error("ignoring an invalid JWT signing key Secret; keeping the keys in use", "error", err)
+		s.wake() // the leader replaces it
+		return
+	}
+	s.loads.WithLabelValues("loaded").Inc()
+	if s.current.Swap(set) == nil {
+		close(s.loadedCh)
+	}
+	log.Info("loaded the JWT signing keys", "keys", len(set.Keys))
+	s.wake()
+}
+
+// lead keeps the Secret's Set current while this replica holds the Lease.
+func (s *Store) lead(ctx context.Context) {
+	t := s.clock.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-s.poke:
+		}
+		wait, err := s.reconcile(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Error("cannot write the JWT signing key Secret; retrying", "error", err)
+			wait = s.cfg.RetryInterval
+		}
+		t.Stop()
+		t.Reset(min(max(wait, time.Second), s.cfg.Resync))
+	}
+}
+
+// reconcile reads the Secret, writes the rotated Set when it differs (or
+// the Secret is missing or invalid) and returns how long to wait until the
+// next change is due.
+func (s *Store) reconcile(ctx context.Context) (time.Duration, error) {
+	secrets := s.cfg.Client.CoreV1().Secrets(s.cfg.Namespace)
+	sec, err := secrets.Get(ctx, s.cfg.SecretName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		sec, err = nil, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var cur *jwtkeys.Set
+	if sec != nil {
+		if cur, err = jwtkeys.Parse(sec.Data[DataKey]); err != nil {
+			s.log.Warn("replacing an invalid JWT signing key Secret with new keys", "error", err)
+			cur = nil
+		}
+	}
+	now := s.clock.Now()
+	next, changed, err := jwtkeys.Rotate(cur, now, s.cfg.Lifetime, s.cfg.TTL)
+	if err != nil {
+		return 0, err
+	}
+	if changed || sec == nil || cur == nil {
+		if err := s.write(ctx, sec, next); err != nil {
+			return 0, err
+		}
+	}
+	return next.NextChange(now, s.cfg.TTL).Sub(now), nil
+}
+
+// write creates the Secret (sec nil) or updates sec to hold set. An update
+// carries sec's resourceVersion: if anyone wrote since the read, it fails
+// with a conflict and the next reconcile starts from their version.
+func (s *Store) write(ctx context.Context, sec *corev1.Secret, set *jwtkeys.Set) error {
+	b, err := jwtkeys.Encode(set)
+	if err != nil {
+		return err
+	}
+	secrets := s.cfg.Client.CoreV1().Secrets(s.cfg.Namespace)
+	if sec == nil {
+		_, err = secrets.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: s.cfg.SecretName, Namespace: s.cfg.Namespace,
+				Labels: map[string]string{"app.kubernetes.io/managed-by": "meshid"},
+			},
+			Type: SecretType,
+			Data: map[string][]byte{DataKey: b},
+		}, metav1.CreateOptions{})
+	} else {
+		sec = sec.DeepCopy()
+		sec.Data = map[string][]byte{DataKey: b}
+		_, err = secrets.Update(ctx, sec, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("jwtsecret: write %s: %w", s.cfg.SecretName, err)
+	}
+	s.writes.Inc()
+	s.log.Info("wrote the JWT signing keys", "keys", len(set.Keys), "identity", s.cfg.Identity)
+	return nil
+}

@@ -10,13 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshid/meshid/ca/jwtkeys"
@@ -45,7 +44,7 @@ var ErrNotLoaded = errors.New("jwtsecret: no JWT signing keys loaded from the Se
 
 // Config configures a Store.
 type Config struct {
-	Client    kubernetes.Interface // the controllers' client; required
+	Client    kubeclient.Interface // the controllers' client; required
 	Namespace string               // the CA's namespace; required
 	Identity  string               // this replica (the pod name); required
 
@@ -182,10 +181,10 @@ func (s *Store) Run(ctx context.Context) error {
 		s.mu.Unlock()
 		return errors.New("jwtsecret: Run called twice")
 	}
-	s.informer = coreinformers.NewFilteredSecretInformer(s.cfg.Client, s.cfg.Namespace, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) {
+	s.informer = kubeclient.NewInformerFactory(s.cfg.Client, 0, kubeclient.WithNamespace(s.cfg.Namespace),
+		kubeclient.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.cfg.SecretName).String()
-		})
+		})).Secrets().Informer()
 	inf := s.informer
 	s.mu.Unlock()
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -213,7 +213,7 @@ func (a *Authority) sign(ctx context.Context, is *issuer, req Request, now time.
 			notAfter = limit
 		}
 	}
-	spki, err := x509.MarshalPKIXPublicKey(csr.PublicKey)
+	spki, err := marshalSPKI(csr.PublicKey)
 	if err != nil {
 		return nil, reject(reasonWeakKey, KindInvalidArgument, "CSR public key cannot be encoded")
 	}

@@ -2,9 +2,12 @@ package ca_test
 
 import (
 	"bytes"
+	"crypto"
+	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/asn1"
+	"math/big"
 	"reflect"
 	"testing"
 	"time"
@@ -268,5 +271,34 @@ func TestLeafStructIsParsed(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestMarshalSPKIMatchesX509: the leaf's SubjectPublicKeyInfo is
+// x509.MarshalPKIXPublicKey's, byte for byte, for every key type (P-256 by
+// hand, the others through x509), and a P-256 point off the curve is an
+// error both ways.
+func TestMarshalSPKIMatchesX509(t *testing.T) {
+	var keys []crypto.PublicKey
+	for range 64 {
+		keys = append(keys, mustKey(t, certs.ECP256).Public())
+	}
+	for _, kt := range []certs.KeyType{certs.ECP384, certs.RSA2048, certs.Ed25519} {
+		keys = append(keys, mustKey(t, kt).Public())
+	}
+	for _, k := range keys {
+		got, err := ca.MarshalSPKI(k)
+		want, werr := x509.MarshalPKIXPublicKey(k)
+		if err != nil || werr != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%T: %x, %v; x509: %x, %v", k, got, err, want, werr)
+		}
+	}
+	p := *mustKey(t, certs.ECP256).Public().(*ecdsa.PublicKey)
+	p.X = new(big.Int).Add(p.X, big.NewInt(1))
+	if _, err := ca.MarshalSPKI(&p); err == nil {
+		t.Fatal("a point off the curve was encoded")
+	}
+	if _, err := x509.MarshalPKIXPublicKey(&p); err == nil {
+		t.Fatal("x509 encoded a point off the curve: the comparison above is moot")
 	}
 }

@@ -20,13 +20,12 @@ func BenchmarkAuthenticate(b *testing.B) {
 		size int
 	}{{"cold", -1}, {"warm", 0}} {
 		b.Run(tc.name, func(b *testing.B) {
-			t := &testing.T{}
-			e := newEnv(t, func(c *Config) { c.CacheSize = tc.size })
+			e := newEnv(b, func(c *Config) { c.CacheSize = tc.size })
 			toks := make([]string, 256)
 			for i := range toks {
 				cl := tokenClaims(t0)
 				cl["jti"] = fmt.Sprint(i)
-				toks[i] = e.genuine(t, cl)
+				toks[i] = e.genuine(b, cl)
 			}
 			ctx := context.Background()
 			b.ReportAllocs()

@@ -123,6 +123,7 @@ type Verifier struct {
 	lastRefresh atomic.Int64           // unix nanos of the last refresh attempt
 	refreshMu   sync.Mutex             // serializes rate-limit checks of refresh-on-miss
 	flight      singleflight.Group
+	goJOSEOnly  bool        // tests: parse every token with go-jose (no parseCompact)
 	active      atomic.Bool // local verification in force (last reported)
 	activeMu    sync.Mutex
 

@@ -133,7 +133,7 @@ func TestRefusesInvalidTokens(t *testing.T) {
 }
 
 // noneToken is an unsigned token (alg none), which go-jose cannot make.
-func noneToken(t *testing.T, claims map[string]any) string {
+func noneToken(t testing.TB, claims map[string]any) string {
 	signed := sign(t, []byte("0123456789abcdef0123456789abcdef"), jose.HS256, "", claims)
 	parts := strings.Split(signed, ".")
 	return "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + parts[1] + "."

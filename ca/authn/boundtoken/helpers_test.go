@@ -3,6 +3,7 @@ package boundtoken
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/rsa"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -34,12 +35,13 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 type apiServer struct {
 	mu        sync.Mutex
 	keys      []*ecdsa.PrivateKey
+	rsaKeys   []*rsa.PrivateKey // served with alg RS256, as most clusters sign
 	forbidden bool
 	jwksReads atomic.Int64
 	srv       *httptest.Server
 }
 
-func newAPIServer(t *testing.T) *apiServer {
+func newAPIServer(t testing.TB) *apiServer {
 	a := &apiServer{}
 	a.addKey(t)
 	mux := http.NewServeMux()
@@ -60,6 +62,9 @@ func newAPIServer(t *testing.T) *apiServer {
 		for _, k := range a.keys {
 			set.Keys = append(set.Keys, jose.JSONWebKey{Key: k.Public(), KeyID: kid(k), Algorithm: "ES256", Use: "sig"})
 		}
+		for _, k := range a.rsaKeys {
+			set.Keys = append(set.Keys, jose.JSONWebKey{Key: k.Public(), KeyID: rsaKid(k), Algorithm: "RS256", Use: "sig"})
+		}
 		json.NewEncoder(w).Encode(set)
 	})
 	a.srv = httptest.NewServer(mux)
@@ -78,7 +83,7 @@ func (a *apiServer) deny(w http.ResponseWriter) bool {
 	return a.forbidden
 }
 
-func (a *apiServer) addKey(t *testing.T) *ecdsa.PrivateKey {
+func (a *apiServer) addKey(t testing.TB) *ecdsa.PrivateKey {
 	k, err := certs.GenerateKey(certs.ECP256)
 	if err != nil {
 		t.Fatal(err)
@@ -89,13 +94,27 @@ func (a *apiServer) addKey(t *testing.T) *ecdsa.PrivateKey {
 	return k.(*ecdsa.PrivateKey)
 }
 
+// addRSAKey adds an RSA-2048 signing key (kid rsaKid) to the JWKS.
+func (a *apiServer) addRSAKey(t testing.TB) *rsa.PrivateKey {
+	k, err := certs.GenerateKey(certs.RSA2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.rsaKeys = append(a.rsaKeys, k.(*rsa.PrivateKey))
+	return k.(*rsa.PrivateKey)
+}
+
+func rsaKid(k *rsa.PrivateKey) string { return "rsa-" + k.N.Text(16)[:8] }
+
 func (a *apiServer) key() *ecdsa.PrivateKey {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.keys[0]
 }
 
-func (a *apiServer) rest(t *testing.T) rest.Interface {
+func (a *apiServer) rest(t testing.TB) rest.Interface {
 	cs, err := kubeclient.New(&rest.Config{Host: a.srv.URL})
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +154,7 @@ func defaultObjects() []runtime.Object {
 
 // newEnv builds and starts a Verifier (discovery done, informers synced
 // unless the API server forbids discovery).
-func newEnv(t *testing.T, mod func(*Config), objs ...runtime.Object) *env {
+func newEnv(t testing.TB, mod func(*Config), objs ...runtime.Object) *env {
 	t.Helper()
 	if objs == nil {
 		objs = defaultObjects()
@@ -181,7 +200,7 @@ func tokenClaims(now time.Time) map[string]any {
 	}
 }
 
-func sign(t *testing.T, key any, alg jose.SignatureAlgorithm, kid string, claims map[string]any) string {
+func sign(t testing.TB, key any, alg jose.SignatureAlgorithm, kid string, claims map[string]any) string {
 	t.Helper()
 	opts := (&jose.SignerOptions{}).WithType("JWT")
 	if kid != "" {
@@ -207,7 +226,7 @@ func sign(t *testing.T, key any, alg jose.SignatureAlgorithm, kid string, claims
 }
 
 // genuine signs claims with the API server's key, as the API server would.
-func (e *env) genuine(t *testing.T, claims map[string]any) string {
+func (e *env) genuine(t testing.TB, claims map[string]any) string {
 	k := e.api.key()
 	return sign(t, k, jose.ES256, kid(k), claims)
 }

@@ -19,7 +19,8 @@ import (
 )
 
 // claims are a token's registered claims and its kubernetes.io claims, in
-// the form the API server writes them (pkg/serviceaccount privateClaims).
+// the form the API server writes them (pkg/serviceaccount privateClaims),
+// as go-jose decodes them.
 type claims struct {
 	jwt.Claims
 	Kubernetes map[string]json.RawMessage `json:"kubernetes.io"`
@@ -30,12 +31,17 @@ type ref struct {
 	UID  string `json:"uid"`
 }
 
-// binding is what a verified token is bound to.
-type binding struct {
+// kubeClaims are the kubernetes.io claims this package reads.
+type kubeClaims struct {
 	namespace         string
 	serviceAccount    ref
 	pod, secret, node *ref
-	expiry            time.Time
+}
+
+// binding is what a verified token is bound to.
+type binding struct {
+	kubeClaims
+	expiry time.Time
 }
 
 // knownBindingKeys are the kubernetes.io claims this package understands
@@ -132,29 +138,38 @@ func (v *Verifier) authenticate(ctx context.Context, token string) (*authn.Calle
 	return c, nil
 }
 
+// jws is a parsed token: a compactToken (the API server's shape, parsed
+// here) or a goJOSEToken (anything else).
+type jws interface {
+	header() (alg, kid string)
+	registered() *jwt.Claims
+	verifiedBy(key any) bool
+	// kubernetes reads the kubernetes.io claims, once the registered ones
+	// are valid.
+	kubernetes() (*kubeClaims, error)
+}
+
 // verify checks token's signature and registered claims and returns what
 // it is bound to, with the key set that verified it.
 func (v *Verifier) verify(ctx context.Context, token string, ks *keySet) (*binding, *keySet, error) {
-	tok, err := jwt.ParseSigned(token, identity.SignatureAlgorithms)
-	if err != nil || len(tok.Headers) != 1 {
-		// alg none, HS256, a JWE, garbage: ours only when it claims our
-		// issuer, which never signs that way.
-		if peekIssuer(token) == ks.issuer {
-			return nil, nil, unauthenticated("the token is not a JWT signed with a supported algorithm")
+	var tok jws
+	if !v.goJOSEOnly {
+		if t, ok := parseCompact(token); ok {
+			tok = t
 		}
-		return nil, nil, &fallback{fallbackIssuer}
 	}
-	var cl claims
-	if err := tok.UnsafeClaimsWithoutVerification(&cl); err != nil {
-		if peekIssuer(token) == ks.issuer {
-			return nil, nil, unauthenticated("the token's claims are malformed")
+	if tok == nil {
+		t, err := parseGoJOSE(token, ks.issuer)
+		if err != nil {
+			return nil, nil, err
 		}
-		return nil, nil, &fallback{fallbackIssuer}
+		tok = t
 	}
+	cl := tok.registered()
 	if cl.Issuer != ks.issuer {
 		return nil, nil, &fallback{fallbackIssuer}
 	}
-	kid := tok.Headers[0].KeyID
+	alg, kid := tok.header()
 	cands := candidates(ks.keys, kid)
 	if len(cands) == 0 && kid != "" {
 		// A key the set lacks: perhaps a new signing key. Read the keys
@@ -172,10 +187,10 @@ func (v *Verifier) verify(ctx context.Context, token string, ks *keySet) (*bindi
 	}
 	signed := false
 	for _, k := range cands {
-		if k.Algorithm != "" && k.Algorithm != tok.Headers[0].Algorithm {
+		if k.Algorithm != "" && k.Algorithm != alg {
 			continue
 		}
-		if tok.Claims(k.Key) == nil {
+		if tok.verifiedBy(k.Key) {
 			signed = true
 			break
 		}
@@ -188,10 +203,68 @@ func (v *Verifier) verify(ctx context.Context, token string, ks *keySet) (*bindi
 	case !signed:
 		return nil, nil, unauthenticated("bad token signature")
 	}
-	// The signature verified: cl is the issuer's.
-	b, err := v.validate(&cl, ks.issuer)
+	// The signature verified: the claims are the issuer's.
+	b, err := v.validate(tok, ks.issuer)
 	return b, ks, err
 }
+
+// goJOSEToken is a token parsed by go-jose.
+type goJOSEToken struct {
+	tok *jwt.JSONWebToken
+	cl  claims
+}
+
+// parseGoJOSE parses token with go-jose: any token parseCompact declines.
+func parseGoJOSE(token, issuer string) (*goJOSEToken, error) {
+	tok, err := jwt.ParseSigned(token, identity.SignatureAlgorithms)
+	if err != nil || len(tok.Headers) != 1 {
+		// alg none, HS256, a JWE, garbage: ours only when it claims our
+		// issuer, which never signs that way.
+		if peekIssuer(token) == issuer {
+			return nil, unauthenticated("the token is not a JWT signed with a supported algorithm")
+		}
+		return nil, &fallback{fallbackIssuer}
+	}
+	t := &goJOSEToken{tok: tok}
+	if err := tok.UnsafeClaimsWithoutVerification(&t.cl); err != nil {
+		if peekIssuer(token) == issuer {
+			return nil, unauthenticated("the token's claims are malformed")
+		}
+		return nil, &fallback{fallbackIssuer}
+	}
+	return t, nil
+}
+
+func (t *goJOSEToken) header() (string, string) {
+	return t.tok.Headers[0].Algorithm, t.tok.Headers[0].KeyID
+}
+
+func (t *goJOSEToken) registered() *jwt.Claims { return &t.cl.Claims }
+
+func (t *goJOSEToken) verifiedBy(key any) bool { return t.tok.Claims(key) == nil }
+
+func (t *goJOSEToken) kubernetes() (*kubeClaims, error) {
+	for k := range t.cl.Kubernetes {
+		if !knownBindingKeys[k] {
+			return nil, &fallback{fallbackUnbound}
+		}
+	}
+	var k kubeClaims
+	if err := errors.Join(
+		field(t.cl.Kubernetes, "namespace", &k.namespace),
+		field(t.cl.Kubernetes, "serviceaccount", &k.serviceAccount),
+		field(t.cl.Kubernetes, "pod", &k.pod),
+		field(t.cl.Kubernetes, "secret", &k.secret),
+		field(t.cl.Kubernetes, "node", &k.node),
+	); err != nil {
+		return nil, unauthenticated("the token's kubernetes.io claims are malformed")
+	}
+	return &k, nil
+}
+
+func (t *compactToken) header() (string, string)         { return t.alg, t.kid }
+func (t *compactToken) registered() *jwt.Claims          { return &t.claims }
+func (t *compactToken) kubernetes() (*kubeClaims, error) { return &t.kube, nil }
 
 // candidates are the keys that may have signed a token with key id kid:
 // those with that id, or every key when the token names none.
@@ -203,7 +276,8 @@ func candidates(set *jose.JSONWebKeySet, kid string) []jose.JSONWebKey {
 }
 
 // validate checks the registered claims and reads the binding.
-func (v *Verifier) validate(cl *claims, issuer string) (*binding, error) {
+func (v *Verifier) validate(tok jws, issuer string) (*binding, error) {
+	cl := tok.registered()
 	if len(cl.Audience) == 0 {
 		// The API server gives such a token its own API audiences: it
 		// decides.
@@ -225,21 +299,11 @@ func (v *Verifier) validate(cl *claims, issuer string) (*binding, error) {
 	if cl.Expiry == nil {
 		return nil, unauthenticated("the token has no expiry (exp)")
 	}
-	b := &binding{expiry: cl.Expiry.Time()}
-	for k := range cl.Kubernetes {
-		if !knownBindingKeys[k] {
-			return nil, &fallback{fallbackUnbound}
-		}
+	k, err := tok.kubernetes()
+	if err != nil {
+		return nil, err
 	}
-	if err := errors.Join(
-		field(cl.Kubernetes, "namespace", &b.namespace),
-		field(cl.Kubernetes, "serviceaccount", &b.serviceAccount),
-		field(cl.Kubernetes, "pod", &b.pod),
-		field(cl.Kubernetes, "secret", &b.secret),
-		field(cl.Kubernetes, "node", &b.node),
-	); err != nil {
-		return nil, unauthenticated("the token's kubernetes.io claims are malformed")
-	}
+	b := &binding{kubeClaims: *k, expiry: cl.Expiry.Time()}
 	sa := b.serviceAccount
 	if b.namespace == "" || sa.Name == "" || sa.UID == "" {
 		// No bound service account: not a token of the TokenRequest API.

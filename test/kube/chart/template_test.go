@@ -17,6 +17,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
@@ -97,6 +98,14 @@ func TestTemplateDefaults(t *testing.T) {
 	}
 	if psc := d.Spec.Template.Spec.SecurityContext; psc == nil || !*psc.RunAsNonRoot || *psc.RunAsUser != 65532 {
 		t.Errorf("pod security context %+v", psc)
+	}
+	if err := harness.CheckGoMemLimit(c); err != nil {
+		t.Error(err)
+	}
+	// The check can fail: a divisor of 1Mi would make GOMEMLIMIT 512 bytes.
+	c.Env[len(c.Env)-1].ValueFrom.ResourceFieldRef.Divisor = resource.MustParse("1Mi")
+	if harness.CheckGoMemLimit(c) == nil {
+		t.Error("CheckGoMemLimit accepted GOMEMLIMIT in MiB")
 	}
 	var pdb policyv1.PodDisruptionBudget
 	into(t, r.get(t, "PodDisruptionBudget", ns, "meshid"), &pdb)

@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+
+	"github.com/meshid/meshid/test/kube/harness"
 )
 
 // warnings collects the API server's Warning headers (deprecated APIs,
@@ -237,6 +239,9 @@ func checkCADeployment(t *testing.T, ms []manifest, dep appsv1.Deployment) {
 		if !ck.ok {
 			t.Errorf("CA Deployment: %s: not so", ck.name)
 		}
+	}
+	if err := harness.CheckGoMemLimit(c); err != nil {
+		t.Errorf("CA Deployment: %v", err)
 	}
 }
 

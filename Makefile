@@ -181,7 +181,7 @@ mutate:
 	@mkdir -p $(MUTATE_OUT)
 	@set -e; for p in $(MUTATE_PKGS); do \
 		echo "== gremlins $$p"; \
-		GOFLAGS="$$GOFLAGS -count=1" nice -n 10 $(GREMLINS) unleash --workers 1 --timeout-coefficient 3 \
+		GOFLAGS="$$GOFLAGS -count=1 -vet=off" nice -n 10 $(GREMLINS) unleash --workers 1 --timeout-coefficient 3 \
 			--exclude-files / $(MUTATE_FLAGS) \
 			--output $(MUTATE_OUT)/$$(echo $$p | tr / _).json ./$$p; \
 	done

@@ -167,9 +167,13 @@ soak: build
 ## Narrow it to a package, or to some of its files (excluded by regexp,
 ## relative to the package; $$ is make's $):
 ##   make mutate MUTATE_PKGS=ca MUTATE_FLAGS='-E "^(csr|policy)\.go$$"'
-## gremlins first runs `go test -cover ./<pkg>/...`, subpackages included:
-## its time, times 3, is each mutant's timeout (-count=1 in GOFLAGS: a
-## cached coverage run would make that timeout shorter than a build).
+## gremlins first runs `go test -cover ./<pkg>/...`; scripts/gremlins/go,
+## first in its PATH, makes that `./<pkg>`, the package alone (subpackages'
+## tests cannot kill its mutants; for ca they cost minutes and SoftHSM2).
+## That run's time, times 3, is each mutant's timeout (-count=1 in GOFLAGS:
+## a cached coverage run would make that timeout shorter than a build;
+## -vet=off: vet on every mutant costs time and kills none; -ldflags=-w: no
+## DWARF, a shorter link per mutant).
 GREMLINS_VERSION ?= v0.6.0
 GREMLINS_DIR     := $(shell $(GO) env GOPATH)/bin/gremlins-$(GREMLINS_VERSION)
 GREMLINS         := $(GREMLINS_DIR)/gremlins
@@ -181,7 +185,8 @@ mutate:
 	@mkdir -p $(MUTATE_OUT)
 	@set -e; for p in $(MUTATE_PKGS); do \
 		echo "== gremlins $$p"; \
-		GOFLAGS="$$GOFLAGS -count=1" nice -n 10 $(GREMLINS) unleash --workers 1 --timeout-coefficient 3 \
+		GOFLAGS="$$GOFLAGS -count=1 -vet=off -ldflags=-w" MESHID_REAL_GO="$$(command -v $(GO))" PATH="$(CURDIR)/scripts/gremlins:$$PATH" \
+			nice -n 10 $(GREMLINS) unleash --workers 1 --timeout-coefficient 3 \
 			--exclude-files / $(MUTATE_FLAGS) \
 			--output $(MUTATE_OUT)/$$(echo $$p | tr / _).json ./$$p; \
 	done

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"log/slog"
 	"math/big"
@@ -24,6 +25,23 @@ import (
 func TestSignTTL(t *testing.T) {
 	root := rootBundle(t, certs.ECP256, t0) // valid from t0-5m for 10 years
 	short := intermediateBundle(t, certs.ECP256, t0)
+	// A root that expires in under 2 h: as another root of the bundle (a
+	// root rotation) it does not cap the leaf, which does not chain to it;
+	// as the root of the signing CA, which outlives it, it does.
+	soon, _, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: td.Name(), Clock: clock.NewFake(t0), TTL: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherRoot := &keystore.Bundle{Cert: root.Cert, Key: root.Key, Roots: []*x509.Certificate{root.Cert, soon.Cert}}
+	interKey := mustKey(t, certs.ECP256)
+	inter, err := certs.NewIntermediateCA(certs.CASpec{
+		Subject: pkix.Name{CommonName: "outlives its root", Organization: []string{td.Name()}}, Key: interKey,
+		NotBefore: t0.Add(-time.Hour), TTL: 365 * 24 * time.Hour, MaxPathLen: -1,
+	}, soon.Cert, soon.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootFirst := &keystore.Bundle{Cert: inter, Key: interKey, Roots: soon.Roots}
 	tests := []struct {
 		name          string
 		bundle        *keystore.Bundle
@@ -43,6 +61,8 @@ func TestSignTTL(t *testing.T) {
 		{name: "configured maximum", bundle: root, now: t0, cfg: ca.Config{DefaultTTL: time.Hour, MaxTTL: 2 * time.Hour}, ttl: 3 * time.Hour, wantKind: ca.KindInvalidArgument},
 		{name: "NotBefore not before the issuer's", bundle: root, now: t0, cfg: ca.Config{ClockSkew: time.Hour}, wantNotBefore: root.Cert.NotBefore, wantNotAfter: t0.Add(24 * time.Hour)},
 		{name: "NotAfter capped at the issuer's", bundle: short, now: short.Cert.NotAfter.Add(-time.Hour), wantNotBefore: short.Cert.NotAfter.Add(-time.Hour - time.Minute), wantNotAfter: short.Cert.NotAfter},
+		{name: "NotAfter not capped by another root's", bundle: otherRoot, now: t0, wantNotBefore: t0.Add(-time.Minute), wantNotAfter: t0.Add(24 * time.Hour)},
+		{name: "NotAfter capped at the root's", bundle: rootFirst, now: t0, wantNotBefore: t0.Add(-time.Minute), wantNotAfter: soon.Cert.NotAfter},
 		{name: "CA expired", bundle: short, now: short.Cert.NotAfter.Add(time.Second), wantKind: ca.KindUnavailable},
 	}
 	for _, tc := range tests {

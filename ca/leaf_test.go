@@ -187,6 +187,7 @@ func TestSerialsDiffer(t *testing.T) {
 // authorityKeyIdentifier, for each CA and leaf key type.
 func TestLeafMatchesCreateCertificate(t *testing.T) {
 	late := time.Date(2049, 12, 31, 12, 0, 0, 0, time.UTC) // NotAfter crosses into 2050
+	early := time.Date(1950, 1, 1, 12, 0, 0, 0, time.UTC)  // the first year of UTCTime
 	tests := []struct {
 		name   string
 		bundle *keystore.Bundle
@@ -198,6 +199,7 @@ func TestLeafMatchesCreateCertificate(t *testing.T) {
 		{"ec-p384 CA, ed25519 leaf", intermediateBundle(t, certs.ECP384, t0), t0, certs.Ed25519},
 		{"rsa-3072 CA, ec-p384 leaf", rootBundle(t, certs.RSA3072, t0), t0, certs.ECP384},
 		{"ec-p256 CA, NotAfter in 2050", rootBundle(t, certs.ECP256, late), late, certs.ECP256},
+		{"ec-p256 CA, NotBefore in 1950", rootBundle(t, certs.ECP256, early), early, certs.ECP256},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -230,6 +232,9 @@ func TestLeafMatchesCreateCertificate(t *testing.T) {
 			}
 			if tc.now == late && leaf.NotAfter.Year() != 2050 {
 				t.Errorf("NotAfter %v, want a 2050 date", leaf.NotAfter)
+			}
+			if tc.now == early && leaf.NotBefore.Year() != 1950 {
+				t.Errorf("NotBefore %v, want a 1950 date", leaf.NotBefore)
 			}
 		})
 	}

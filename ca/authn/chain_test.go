@@ -80,3 +80,18 @@ func TestChain(t *testing.T) {
 		})
 	}
 }
+
+// TestChainKeepsCause: the message hides an unclassified error's text, but
+// the error still wraps the first failure, so the log line of the refusal
+// (which prints the cause) says what went wrong.
+func TestChainKeepsCause(t *testing.T) {
+	boom := errors.New("boom secret-token-text")
+	second := ca.Errorf(ca.KindUnauthenticated, "y: expired")
+	_, err := authn.NewChain(fail(boom), fail(second)).Authenticate(context.Background(), authn.Credentials{Token: "t"})
+	if ca.KindOf(err) != ca.KindUnauthenticated {
+		t.Fatalf("err = %v, want Unauthenticated", err)
+	}
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v does not wrap the first failure", err)
+	}
+}

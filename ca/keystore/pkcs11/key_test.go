@@ -461,9 +461,20 @@ func TestSoftHSMMissingFailsUnderCI(t *testing.T) {
 // (v2.40 §5.4), and SoftHSM2 2.6 then hangs for ever in C_SignInit or
 // crashes (SIGSEGV). What a module call that never returns does to the CA
 // is TestSignEndsWithinSessionWait's subject.
+//
+// inModule keeps the fault out of module calls only if no request returns
+// before its module calls do. A request gives up at SessionWait and leaves
+// its call running (by design), so with the default 5 s a slow machine (a
+// `go test -cover ./ca/...` at load 10-30, where this test died with SIGSEGV
+// in C_SignInit) finalized the module under a stranded call. The session
+// wait here is therefore far longer than any call.
 func TestModuleFailsUnderLoad(t *testing.T) {
 	tk := softhsm.New(t)
-	key := generate(t, tk, "ca", certs.ECP256)
+	key, err := pkcs11.Generate(pkcs11.Config{URI: mustURI(t, tk.URI("ca")), SessionWait: time.Hour}, certs.ECP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { key.Close() })
 	a, _ := hsmAuthority(t, key)
 	raw := rawModule(t, tk.Module)
 

@@ -53,6 +53,11 @@ type Config struct {
 	// never re-read (no default applied: cmd sets
 	// secretcache.DefaultRootRefresh, 5m).
 	CARootRefresh time.Duration
+	// MaxCARoots bounds the roots of CARoots and CARootFile, at start and
+	// at every re-read: more is a system CA bundle rather than the mesh's
+	// roots (ROOTCA would trust the public web PKI). 0 means
+	// rootfile.DefaultMaxRoots (16).
+	MaxCARoots int
 	// TokenFile is the service-account token, re-read for every CA request.
 	TokenFile string
 	// SDSSocket is the Unix socket Envoy SDS is served on.
@@ -110,6 +115,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.CertTTL < 0 {
 		return cfg, errors.New("agent: negative certificate TTL")
 	}
+	if cfg.MaxCARoots < 0 {
+		return cfg, errors.New("agent: negative MaxCARoots")
+	}
 	cfg.GraceRatio = cmp.Or(cfg.GraceRatio, DefaultGraceRatio)
 	cfg.Jitter = cmp.Or(cfg.Jitter, DefaultJitter)
 	cfg.KeyType = cmp.Or(cfg.KeyType, DefaultKeyType)
@@ -159,6 +167,7 @@ func (cfg Config) ManagerConfig(signer secretcache.Signer, id spiffeid.ID) (secr
 		FileSecretDirs: cfg.FileSecretDirs,
 		RootFile:       cfg.rootFile(),
 		RootRefresh:    cfg.CARootRefresh,
+		MaxRoots:       cfg.MaxCARoots,
 		OnRoots:        trustHook(signer),
 		Clock:          cfg.Clock,
 		Logger:         cfg.Logger,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/sds/rootfile"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -36,6 +37,7 @@ type AgentFlags struct {
 	fileSecretDirs   []string
 	workloadSocket   string
 	caRootRefresh    time.Duration
+	caRootMax        int
 }
 
 // Register adds the agent's flags, with agent.Config's defaults, to fs.
@@ -43,6 +45,7 @@ func (f *AgentFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.caAddr, "ca-addr", agent.DefaultCAAddr, "address of the CA's CreateCertificate API")
 	fs.StringVar(&f.caRoot, "ca-root", "", "PEM roots that verify the CA's serving certificate")
 	fs.DurationVar(&f.caRootRefresh, "ca-root-refresh", secretcache.DefaultRootRefresh, "re-read --ca-root this often; its roots join the CA's in ROOTCA (0 = never)")
+	fs.IntVar(&f.caRootMax, "ca-root-max", rootfile.DefaultMaxRoots, "refuse a --ca-root of more roots than this (a system CA bundle would make the mesh trust every public CA); the system bundle itself is always refused")
 	fs.StringVar(&f.tokenFile, "token-file", agent.DefaultTokenFile, "service-account token, re-read for every CA request")
 	fs.StringVar(&f.sdsSocket, "sds-socket", agent.DefaultSDSSocket, "Unix socket to serve Envoy SDS on")
 	fs.BoolVar(&f.socketGroup, "sds-socket-group", false, "make the SDS socket 0660 instead of 0600 so the group can connect")
@@ -92,6 +95,7 @@ func AgentConfig(fs *pflag.FlagSet, f *AgentFlags, lookup Lookup) (agent.Config,
 		CAAddr:            f.caAddr,
 		CARootFile:        f.caRoot,
 		CARootRefresh:     f.caRootRefresh,
+		MaxCARoots:        f.caRootMax,
 		TokenFile:         f.tokenFile,
 		SDSSocket:         f.sdsSocket,
 		SocketGroup:       f.socketGroup,

@@ -141,14 +141,19 @@ func assemble(cfg Config, signer secretcache.Signer, id spiffeid.ID) (*Agent, er
 		if cfg.DebugEndpoints {
 			debug = map[string]http.Handler{"/debug/rotate": a.RotateHandler()}
 		}
+		// Read-only and key-free, so on unless turned off, to loopback
+		// peers only (SECURITY.md).
+		dump := secretdump.Handler(a.Dump)
+		if cfg.DisableDebugSecrets {
+			dump = secretdump.Off()
+		}
 		a.monitor, err = monitor.New(monitor.Config{
-			Listen:   cfg.MonitoringListen,
-			Gatherer: cfg.Gatherer,
-			Ready:    cache.Ready,
-			Logger:   cfg.Logger,
-			Handlers: debug,
-			// Read-only and key-free, so always on, to loopback peers.
-			LocalHandlers: map[string]http.Handler{secretdump.Path: secretdump.Handler(a.Dump)},
+			Listen:        cfg.MonitoringListen,
+			Gatherer:      cfg.Gatherer,
+			Ready:         cache.Ready,
+			Logger:        cfg.Logger,
+			Handlers:      debug,
+			LocalHandlers: map[string]http.Handler{secretdump.Path: dump},
 		})
 		if err != nil {
 			return nil, err

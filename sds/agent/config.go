@@ -93,6 +93,11 @@ type Config struct {
 	// which must then be a loopback address: the endpoint has no
 	// authentication (security review, hole 6). Off by default.
 	DebugEndpoints bool
+	// DisableDebugSecrets turns off GET /debug/secrets (the chain and
+	// roots held, never a key; `meshid inspect --pod` reads it), which is
+	// otherwise served with monitoring to loopback peers only: the path
+	// then answers 404 saying it is off.
+	DisableDebugSecrets bool
 	// FileSecretDirs are the only directories file-cert: and file-root:
 	// resources may read; nil is secretcache's default (./etc/certs and
 	// /etc/certs), empty and non-nil refuses every file resource.

@@ -38,6 +38,7 @@ type AgentFlags struct {
 	workloadSocket   string
 	caRootRefresh    time.Duration
 	caRootMax        int
+	debugSecrets     bool
 }
 
 // Register adds the agent's flags, with agent.Config's defaults, to fs.
@@ -62,6 +63,7 @@ func (f *AgentFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.workloadSocket, "workload-api-socket", "", "Unix socket to serve the SPIFFE Workload API on, from the same cache as SDS (empty = off)")
 	fs.StringVar(&f.logFormat, "log-format", "text", LogFormatUsage)
 	fs.BoolVar(&f.debugEndpoints, "debug-endpoints", false, "serve POST /debug/rotate on --monitoring-listen, which must then be a loopback address (no authentication)")
+	fs.BoolVar(&f.debugSecrets, "debug-secrets", true, "serve GET /debug/secrets on --monitoring-listen to loopback peers only: the chain and roots held, never a key (meshid inspect --pod reads it); false turns it off")
 	fs.StringSliceVar(&f.fileSecretDirs, "file-secret-dirs", secretcache.DefaultFileSecretDirs, "the only directories file-cert: and file-root: SDS resources may read (empty = none)")
 }
 
@@ -89,25 +91,26 @@ func AgentConfig(fs *pflag.FlagSet, f *AgentFlags, lookup Lookup) (agent.Config,
 		dirs = []string{} // --file-secret-dirs= : none (nil would mean the default)
 	}
 	return agent.Config{
-		DebugEndpoints:    f.debugEndpoints,
-		WorkloadAPISocket: f.workloadSocket,
-		FileSecretDirs:    dirs,
-		CAAddr:            f.caAddr,
-		CARootFile:        f.caRoot,
-		CARootRefresh:     f.caRootRefresh,
-		MaxCARoots:        f.caRootMax,
-		TokenFile:         f.tokenFile,
-		SDSSocket:         f.sdsSocket,
-		SocketGroup:       f.socketGroup,
-		CertTTL:           f.certTTL,
-		GraceRatio:        f.graceRatio,
-		Jitter:            jitter,
-		KeyType:           keyType,
-		TrustDomain:       td,
-		ClusterID:         f.clusterID,
-		Namespace:         f.namespace,
-		ServiceAccount:    f.serviceAccount,
-		MonitoringListen:  f.monitoringListen,
+		DebugEndpoints:      f.debugEndpoints,
+		DisableDebugSecrets: !f.debugSecrets,
+		WorkloadAPISocket:   f.workloadSocket,
+		FileSecretDirs:      dirs,
+		CAAddr:              f.caAddr,
+		CARootFile:          f.caRoot,
+		CARootRefresh:       f.caRootRefresh,
+		MaxCARoots:          f.caRootMax,
+		TokenFile:           f.tokenFile,
+		SDSSocket:           f.sdsSocket,
+		SocketGroup:         f.socketGroup,
+		CertTTL:             f.certTTL,
+		GraceRatio:          f.graceRatio,
+		Jitter:              jitter,
+		KeyType:             keyType,
+		TrustDomain:         td,
+		ClusterID:           f.clusterID,
+		Namespace:           f.namespace,
+		ServiceAccount:      f.serviceAccount,
+		MonitoringListen:    f.monitoringListen,
 	}, nil
 }
 

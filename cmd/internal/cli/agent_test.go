@@ -142,6 +142,19 @@ func TestAgentRootFlags(t *testing.T) {
 	}
 }
 
+// TestAgentDebugSecretsFlag: /debug/secrets is on unless
+// --debug-secrets=false turns it off.
+func TestAgentDebugSecretsFlag(t *testing.T) {
+	clearAgentEnv(t)
+	got, err := AgentConfigOf(t)
+	if err != nil || got.DisableDebugSecrets {
+		t.Fatalf("default: DisableDebugSecrets %v (%v), want false", got.DisableDebugSecrets, err)
+	}
+	if got, err = AgentConfigOf(t, "--debug-secrets=false"); err != nil || !got.DisableDebugSecrets {
+		t.Fatalf("--debug-secrets=false: DisableDebugSecrets %v (%v), want true", got.DisableDebugSecrets, err)
+	}
+}
+
 // TestAgentEnvErrors: a bad value in the environment is an error naming the
 // variable, not a silent default.
 func TestAgentEnvErrors(t *testing.T) {

@@ -227,14 +227,18 @@ func (e *env) waitReady(t testing.TB) {
 	// Leave no connection behind: it would hold a slot of the connection
 	// limits until the server noticed it gone (TestConnectionLimits
 	// flaked when it did). close_notify makes the server close its side,
-	// after it has given the slot back (internal/connlimit), and the
-	// read's end is that close.
+	// after it has given the slot back (internal/connlimit). The server's
+	// own close_notify comes before that, so the end to wait for is the
+	// TCP connection's, below TLS.
 	if err := conn.CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
-	conn.SetReadDeadline(time.Now().Add(testkit.Guard)) // a safety bound only
-	if _, err := io.Copy(io.Discard, conn); err != nil && !isReset(err) {
-		t.Fatalf("the CA did not close the readiness probe's connection: %v", err)
+	raw := conn.NetConn()
+	raw.SetReadDeadline(time.Now().Add(testkit.Guard)) // a safety bound only
+	for _, r := range []io.Reader{conn, raw} {
+		if _, err := io.Copy(io.Discard, r); err != nil && !isReset(err) {
+			t.Fatalf("the CA did not close the readiness probe's connection: %v", err)
+		}
 	}
 	if err := e.srv.Ready(); err != nil {
 		t.Fatalf("serving but not ready: %v", err)

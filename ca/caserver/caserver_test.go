@@ -112,22 +112,30 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// TestConfigErrors: each bad Config is refused for its own reason (the
+// error says which); the base, a state directory alone, is accepted.
 func TestConfigErrors(t *testing.T) {
-	for name, cfg := range map[string]caserver.Config{
-		"kube CA secret without a cluster": {KubeCASecret: true},
-		"bad root key type":                {RootKeyType: "dsa-1024"},
-		"negative TTL":                     {DefaultTTL: -time.Hour},
-		"negative rate limit":              {RateLimit: -1},
-		"missing CA dir":                   {CADir: filepath.Join(t.TempDir(), "absent")},
-		"JWT-SVID TTL over 1h":             {JWTSVIDTTL: jwtissuer.MaxTTL + time.Second},
-		"negative JWT-SVID TTL":            {JWTSVIDTTL: -time.Second},
-		"JWT key lifetime under 10m":       {JWTKeyLifetime: jwtkeys.MinLifetime - time.Second},
-		"JWT key lifetime over 30 days":    {JWTKeyLifetime: jwtkeys.MaxLifetime + time.Second},
+	if _, err := caserver.New(caserver.Config{StateDir: t.TempDir()}); err != nil {
+		t.Fatalf("the base configuration: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		cfg  caserver.Config
+		want string
+	}{
+		"kube CA secret without a cluster": {caserver.Config{KubeCASecret: true}, "KubeCASecret needs a Kubernetes client"},
+		"bad root key type":                {caserver.Config{RootKeyType: "dsa-1024"}, `root key type: certs: unknown key type "dsa-1024"`},
+		"negative TTL":                     {caserver.Config{DefaultTTL: -time.Hour}, "negative TTL"},
+		"negative rate limit":              {caserver.Config{RateLimit: -1}, "negative rate limit"},
+		"missing CA dir":                   {caserver.Config{CADir: filepath.Join(t.TempDir(), "absent")}, "--ca-dir "},
+		"JWT-SVID TTL over 1h":             {caserver.Config{JWTSVIDTTL: jwtissuer.MaxTTL + time.Second}, "JWT-SVID TTL 1h0m1s is not within"},
+		"negative JWT-SVID TTL":            {caserver.Config{JWTSVIDTTL: -time.Second}, "JWT-SVID TTL -1s is not within"},
+		"JWT key lifetime under 10m":       {caserver.Config{JWTKeyLifetime: jwtkeys.MinLifetime - time.Second}, "key lifetime"},
+		"JWT key lifetime over 30 days":    {caserver.Config{JWTKeyLifetime: jwtkeys.MaxLifetime + time.Second}, "key lifetime"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg.StateDir = t.TempDir()
-			if _, err := caserver.New(cfg); err == nil {
-				t.Fatal("New accepted it")
+			tc.cfg.StateDir = t.TempDir()
+			if _, err := caserver.New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v, want an error containing %q", err, tc.want)
 			}
 		})
 	}

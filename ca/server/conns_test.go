@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
@@ -21,12 +22,13 @@ import (
 
 // clientFrom dials the CA from the local address ip (any 127.0.0.0/8
 // address is the loopback on Linux), so that tests can be several peers.
-func (e *env) clientFrom(t *testing.T, ip string) (securityv1alpha1.IstioCertificateServiceClient, *grpc.ClientConn) {
+func (e *env) clientFrom(t *testing.T, ip string, opts ...grpc.DialOption) (securityv1alpha1.IstioCertificateServiceClient, *grpc.ClientConn) {
 	t.Helper()
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-	conn, err := grpc.NewClient(e.addr,
+	conn, err := grpc.NewClient(e.addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: e.pool(), ServerName: "localhost"})),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }))
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }),
+	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,11 +42,28 @@ func (e *env) clientFrom(t *testing.T, ip string) (securityv1alpha1.IstioCertifi
 // (the client sees Unavailable), another address still gets in until the
 // global limit, and a closed connection frees its slot. On b96f7b0 every
 // connection was accepted (4,000 idle ones held 200 MB).
+//
+// It flaked under load for two reasons. newEnv's readiness probe (a TLS
+// connection from 127.0.0.1) still held a per-IP slot when c2 connected
+// until the server noticed it closed: the probe now waits for the server
+// to close it, and internal/connlimit gives the slot back before closing.
+// And a refused gRPC client keeps reconnecting in the background, so when
+// conn1 closed, the refused c5 (another IP, within its per-IP limit) raced
+// c3 for the freed slot and, when it won, held it until c3's deadline: c5
+// is now closed before the slot frees. The first-request timer runs on the
+// fake clock (it never fires here: under -race and load the real 10 s
+// could close a slow client).
 func TestConnectionLimits(t *testing.T) {
 	e := newEnv(t, envOpts{cfg: func(c *server.Config) {
 		c.MaxConnectionsPerIP = 2
 		c.MaxConnections = 3
+		c.Clock = fakeClock()
 	}})
+	// newEnv's readiness probe has given its slot back (it waits for the
+	// server to close it): every slot is this test's.
+	if n := testkit.Metric(t, e.reg, "meshid_ca_connections_open"); n != 0 {
+		t.Fatalf("open connections before the test = %v, want 0", n)
+	}
 	csr := csrFor(t, testkit.Key(t, certs.ECP256), sid("shop", "cart"), nil)
 	call := func(c securityv1alpha1.IstioCertificateServiceClient, opts ...grpc.CallOption) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -59,7 +78,12 @@ func TestConnectionLimits(t *testing.T) {
 			t.Fatalf("connection %d within the limits: %v", i+1, err)
 		}
 	}
-	c3, _ := e.clientFrom(t, "127.0.0.1")
+	// c3 retries quickly (gRPC's default backoff starts at 1 s and grows
+	// to 2 min with every refusal, which only makes the test slow).
+	c3, _ := e.clientFrom(t, "127.0.0.1", grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 100 * time.Millisecond},
+		MinConnectTimeout: 20 * time.Second,
+	}))
 	if err := call(c3); status.Code(err) != codes.Unavailable {
 		t.Fatalf("third connection from one IP: %v, want Unavailable", err)
 	}
@@ -70,10 +94,12 @@ func TestConnectionLimits(t *testing.T) {
 	if err := call(c4); err != nil {
 		t.Fatalf("another peer within the global limit: %v", err)
 	}
-	c5, _ := e.clientFrom(t, "127.0.0.3")
+	c5, conn5 := e.clientFrom(t, "127.0.0.3")
 	if err := call(c5); status.Code(err) != codes.Unavailable {
 		t.Fatalf("fourth connection in all: %v, want Unavailable", err)
 	}
+	// c5 would keep reconnecting and could take the slot conn1 frees.
+	conn5.Close()
 	if n := testkit.Metric(t, e.reg, "meshid_ca_connections_refused_total", "reason", "limit"); n < 1 {
 		t.Fatalf("limit refusals = %v", n)
 	}

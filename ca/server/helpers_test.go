@@ -7,8 +7,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
+	"io"
 	"log/slog"
 	"net/url"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +29,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 var td = spiffeid.RequireTrustDomainFromString("cluster.local")
@@ -219,8 +223,28 @@ func (e *env) waitReady(t testing.TB) {
 	if err != nil {
 		t.Fatalf("handshake with the CA: %v", err)
 	}
-	conn.Close()
+	defer conn.Close()
+	// Leave no connection behind: it would hold a slot of the connection
+	// limits until the server noticed it gone (TestConnectionLimits
+	// flaked when it did). close_notify makes the server close its side,
+	// after it has given the slot back (internal/connlimit). The server's
+	// own close_notify comes before that, so the end to wait for is the
+	// TCP connection's, below TLS.
+	if err := conn.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	raw := conn.NetConn()
+	raw.SetReadDeadline(time.Now().Add(testkit.Guard)) // a safety bound only
+	for _, r := range []io.Reader{conn, raw} {
+		if _, err := io.Copy(io.Discard, r); err != nil && !isReset(err) {
+			t.Fatalf("the CA did not close the readiness probe's connection: %v", err)
+		}
+	}
 	if err := e.srv.Ready(); err != nil {
 		t.Fatalf("serving but not ready: %v", err)
 	}
 }
+
+// isReset reports a connection reset, how a server may close a connection
+// it has not read to its end.
+func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }

@@ -25,7 +25,8 @@ type Config struct {
 }
 
 // Listener is a net.Listener whose Accept returns only connections within
-// the caps; an accepted connection gives its slot back on its first Close.
+// the caps; an accepted connection gives its slot back on its first Close,
+// before the peer can see it closed.
 type Listener struct {
 	net.Listener
 	cfg Config
@@ -114,8 +115,11 @@ type conn struct {
 	once sync.Once
 }
 
+// Close gives the slot back before it closes the connection, so that a
+// peer that sees its connection closed may connect again at once: the
+// other order let a test's next connection from the same IP race the
+// release and be refused (ca/server's TestConnectionLimits flaked so).
 func (c *conn) Close() error {
-	err := c.Conn.Close()
 	c.once.Do(func() { c.l.release(c.ip) })
-	return err
+	return c.Conn.Close()
 }

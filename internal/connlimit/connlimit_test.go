@@ -101,6 +101,60 @@ func TestCaps(t *testing.T) {
 	}
 }
 
+// TestSlotFreeBeforePeerSeesClose: when a peer sees its connection closed,
+// its slot is free already, so it may connect again at once from the same
+// IP. The underlying connection checks Open at the moment it is closed.
+func TestSlotFreeBeforePeerSeesClose(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	openAtClose := make(chan int, 1)
+	var l *connlimit.Listener
+	l = connlimit.New(probeListener{ln, func() { openAtClose <- l.Open() }}, connlimit.Config{Max: 1, PerIP: 1})
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := <-accepted
+	if n := l.Open(); n != 1 {
+		t.Fatalf("Open = %d, want 1", n)
+	}
+	s.Close()
+	if n := <-openAtClose; n != 0 {
+		t.Fatalf("Open when the connection was closed = %d, want 0: the peer could see the close and be refused", n)
+	}
+}
+
+// probeListener's connections call onClose when they are closed.
+type probeListener struct {
+	net.Listener
+	onClose func()
+}
+
+func (p probeListener) Accept() (net.Conn, error) {
+	c, err := p.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return probeConn{c, p.onClose}, nil
+}
+
+type probeConn struct {
+	net.Conn
+	onClose func()
+}
+
+func (c probeConn) Close() error { c.onClose(); return c.Conn.Close() }
+
 // TestNoPerIPCap: PerIP 0 leaves one peer every slot of Max.
 func TestNoPerIPCap(t *testing.T) {
 	h := newHarness(t, connlimit.Config{Max: 2})

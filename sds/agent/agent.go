@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,12 +12,12 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/meshid/meshid/certs"
 	meshidentity "github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/buildinfo"
 	"github.com/meshid/meshid/internal/monitor"
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/caclient"
+	"github.com/meshid/meshid/sds/rootfile"
 	"github.com/meshid/meshid/sds/secretcache"
 	"github.com/meshid/meshid/sds/secretdump"
 	"github.com/meshid/meshid/sds/workloadapi"
@@ -77,9 +76,11 @@ func newClient(cfg Config) (*caclient.Client, error) {
 			return nil, errors.New("--ca-root is required: the agent only talks to a CA it can verify")
 		}
 		var err error
-		if roots, err = readRoots(cfg.CARootFile); err != nil {
-			return nil, err
+		if roots, err = rootfile.Read(cfg.CARootFile, cfg.MaxCARoots); err != nil {
+			return nil, fmt.Errorf("--ca-root: %w", err)
 		}
+	} else if err := rootfile.Check(roots, cfg.MaxCARoots); err != nil {
+		return nil, fmt.Errorf("agent: Config.CARoots: %w", err)
 	}
 	return caclient.New(caclient.Config{
 		Addr:       cfg.CAAddr,
@@ -140,32 +141,25 @@ func assemble(cfg Config, signer secretcache.Signer, id spiffeid.ID) (*Agent, er
 		if cfg.DebugEndpoints {
 			debug = map[string]http.Handler{"/debug/rotate": a.RotateHandler()}
 		}
+		// Read-only and key-free, so on unless turned off, to loopback
+		// peers only (SECURITY.md).
+		dump := secretdump.Handler(a.Dump)
+		if cfg.DisableDebugSecrets {
+			dump = secretdump.Off()
+		}
 		a.monitor, err = monitor.New(monitor.Config{
-			Listen:   cfg.MonitoringListen,
-			Gatherer: cfg.Gatherer,
-			Ready:    cache.Ready,
-			Logger:   cfg.Logger,
-			Handlers: debug,
-			// Read-only and key-free, so always on, to loopback peers.
-			LocalHandlers: map[string]http.Handler{secretdump.Path: secretdump.Handler(a.Dump)},
+			Listen:        cfg.MonitoringListen,
+			Gatherer:      cfg.Gatherer,
+			Ready:         cache.Ready,
+			Logger:        cfg.Logger,
+			Handlers:      debug,
+			LocalHandlers: map[string]http.Handler{secretdump.Path: dump},
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
 	return a, nil
-}
-
-func readRoots(path string) ([]*x509.Certificate, error) {
-	pem, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("--ca-root: %w", err)
-	}
-	roots, err := certs.ParseCertificates(pem)
-	if err != nil {
-		return nil, fmt.Errorf("--ca-root %s: %w", path, err)
-	}
-	return roots, nil
 }
 
 // identity derives the workload identity from Namespace/ServiceAccount

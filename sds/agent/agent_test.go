@@ -2,7 +2,10 @@ package agent_test
 
 import (
 	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -19,9 +22,11 @@ import (
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
 
 	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/sds/rootfile"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -219,20 +224,89 @@ func TestReadyz(t *testing.T) {
 	}
 }
 
+// TestConfigErrors: each bad Config is refused for its own reason (the
+// error says which), on an otherwise valid fixture: a root file that
+// parses and a token file that exists.
 func TestConfigErrors(t *testing.T) {
-	tok := filepath.Join(t.TempDir(), "token")
-	for name, cfg := range map[string]agent.Config{
-		"no CA roots":        {Namespace: "ns", ServiceAccount: "sa", TokenFile: tok},
-		"missing root file":  {Namespace: "ns", ServiceAccount: "sa", CARootFile: filepath.Join(t.TempDir(), "absent.pem")},
-		"bad key type":       {Namespace: "ns", ServiceAccount: "sa", KeyType: "dsa-1024", CARootFile: tok},
-		"negative TTL":       {Namespace: "ns", ServiceAccount: "sa", CertTTL: -time.Hour, CARootFile: tok},
-		"no token, no names": {TokenFile: filepath.Join(t.TempDir(), "absent"), CARootFile: tok},
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte("not read: the names are given"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	many := rootsFile(t, rootfile.DefaultMaxRoots+1)
+	good := rootsFile(t, 2)
+	manyRoots, err := certs.ParseCertificates(mustRead(t, many))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		cfg  agent.Config
+		want string
+	}{
+		"no CA roots":          {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok}, "--ca-root is required"},
+		"missing root file":    {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, CARootFile: filepath.Join(dir, "absent.pem")}, "absent.pem"},
+		"bad key type":         {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, KeyType: "dsa-1024", CARootFile: good}, "key type"},
+		"negative TTL":         {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, CertTTL: -time.Hour, CARootFile: good}, "negative certificate TTL"},
+		"negative MaxCARoots":  {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, MaxCARoots: -1, CARootFile: good}, "MaxCARoots"},
+		"no token, no names":   {agent.Config{TokenFile: filepath.Join(dir, "absent"), CARootFile: good}, "--token-file"},
+		"system CA bundle":     {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, CARootFile: rootfile.SystemBundles[0]}, rootfile.SystemBundles[0] + " is the system CA bundle"},
+		"17 roots in the file": {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, CARootFile: many}, "--ca-root: " + many + ": 17 certificates"},
+		"over MaxCARoots":      {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, CARootFile: good, MaxCARoots: 1}, good + ": 2 certificates"},
+		"17 CARoots":           {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, CARoots: manyRoots}, "Config.CARoots: 17 certificates"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := agent.New(cfg); err == nil {
-				t.Fatal("New accepted it")
+			if _, err := agent.New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+	// The fixture itself is valid: the same Config without its defect
+	// builds.
+	if _, err := agent.New(agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, CARootFile: good, MonitoringListen: ""}); err != nil {
+		t.Fatalf("the valid fixture: %v", err)
+	}
+}
+
+// rootsFile writes n new roots to a PEM file.
+func rootsFile(t *testing.T, n int) string {
+	t.Helper()
+	var roots []*x509.Certificate
+	for i := range n {
+		r, _ := testkit.Root(t, certs.CASpec{Subject: pkix.Name{CommonName: fmt.Sprintf("root %d", i)}, TTL: time.Hour})
+		roots = append(roots, r)
+	}
+	path := filepath.Join(t.TempDir(), "roots.pem")
+	if err := os.WriteFile(path, certs.EncodeCertificates(roots...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// TestRotationUnionAccepted: during a CA rotation --ca-root holds the old
+// and the new root (test/e2e/carotation_test.go); the root limit accepts
+// it and the agent verifies the CA with it and gets its certificate. (The
+// file's roots join ROOTCA at the re-read: sds/secretcache's
+// TestRootsUnionWithRootFile and TestRootFileRefusedKeepsRoots.)
+func TestRotationUnionAccepted(t *testing.T) {
+	w := newWorld(t)
+	next, _ := testkit.Root(t, certs.CASpec{Subject: pkix.Name{CommonName: "next root"}, TTL: time.Hour})
+	union := filepath.Join(t.TempDir(), "root-cert.pem")
+	if err := os.WriteFile(union, append(certs.EncodeCertificates(next), mustRead(t, w.rootFile)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := w.config()
+	cfg.CARootFile = union
+	if sec := firstSecret(t, testkit.RunAgent(t, cfg)); len(sec.Chain) == 0 {
+		t.Fatal("no certificate")
 	}
 }
 

@@ -53,6 +53,11 @@ type Config struct {
 	// never re-read (no default applied: cmd sets
 	// secretcache.DefaultRootRefresh, 5m).
 	CARootRefresh time.Duration
+	// MaxCARoots bounds the roots of CARoots and CARootFile, at start and
+	// at every re-read: more is a system CA bundle rather than the mesh's
+	// roots (ROOTCA would trust the public web PKI). 0 means
+	// rootfile.DefaultMaxRoots (16).
+	MaxCARoots int
 	// TokenFile is the service-account token, re-read for every CA request.
 	TokenFile string
 	// SDSSocket is the Unix socket Envoy SDS is served on.
@@ -88,6 +93,11 @@ type Config struct {
 	// which must then be a loopback address: the endpoint has no
 	// authentication (security review, hole 6). Off by default.
 	DebugEndpoints bool
+	// DisableDebugSecrets turns off GET /debug/secrets (the chain and
+	// roots held, never a key; `meshid inspect --pod` reads it), which is
+	// otherwise served with monitoring to loopback peers only: the path
+	// then answers 404 saying it is off.
+	DisableDebugSecrets bool
 	// FileSecretDirs are the only directories file-cert: and file-root:
 	// resources may read; nil is secretcache's default (./etc/certs and
 	// /etc/certs), empty and non-nil refuses every file resource.
@@ -109,6 +119,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.CertTTL = cmp.Or(cfg.CertTTL, DefaultCertTTL)
 	if cfg.CertTTL < 0 {
 		return cfg, errors.New("agent: negative certificate TTL")
+	}
+	if cfg.MaxCARoots < 0 {
+		return cfg, errors.New("agent: negative MaxCARoots")
 	}
 	cfg.GraceRatio = cmp.Or(cfg.GraceRatio, DefaultGraceRatio)
 	cfg.Jitter = cmp.Or(cfg.Jitter, DefaultJitter)
@@ -159,6 +172,7 @@ func (cfg Config) ManagerConfig(signer secretcache.Signer, id spiffeid.ID) (secr
 		FileSecretDirs: cfg.FileSecretDirs,
 		RootFile:       cfg.rootFile(),
 		RootRefresh:    cfg.CARootRefresh,
+		MaxRoots:       cfg.MaxCARoots,
 		OnRoots:        trustHook(signer),
 		Clock:          cfg.Clock,
 		Logger:         cfg.Logger,

@@ -2,10 +2,12 @@ package agent_test
 
 import (
 	"context"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +140,86 @@ func TestDebugSecretsReason(t *testing.T) {
 	}
 	if d.Ready || len(d.Secrets) != 0 || !strings.Contains(d.Reason, "last CA failure") || !strings.Contains(d.Reason, "Unauthenticated") {
 		t.Fatalf("dump of a refused agent: %+v", d)
+	}
+}
+
+// TestDebugSecretsNeverKeys is the attacker's test of /debug/secrets: an
+// SDS client makes the agent load a key from disk (file-cert:), and the
+// dump still holds neither that key nor the workload key; headers that
+// claim a loopback client do not get a non-loopback peer in.
+func TestDebugSecretsNeverKeys(t *testing.T) {
+	w := newWorld(t)
+	dir := t.TempDir()
+	root, rootKey := testkit.Root(t, certs.CASpec{Subject: pkix.Name{CommonName: "file root"}, TTL: time.Hour})
+	keyPEM, err := certs.EncodePrivateKey(rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, certs.EncodeCertificates(root), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := w.config()
+	cfg.MonitoringListen, cfg.FileSecretDirs = "0.0.0.0:0", []string{dir}
+	a := testkit.RunAgent(t, cfg)
+	sec := firstSecret(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)
+	defer cancel()
+	fileSec, err := a.Manager().Secret(ctx, "file-cert:"+certFile+"~"+keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fileSec.Key == nil {
+		t.Fatal("the file secret holds no key: the test would prove nothing")
+	}
+	_, port, _ := net.SplitHostPort(a.MonitoringAddr().String())
+	code, body := testkit.HTTPGet(t, "http://127.0.0.1:"+port+secretdump.Path)
+	if code != http.StatusOK {
+		t.Fatalf("GET: %d %s", code, body)
+	}
+	assertNoKey(t, body, sec)
+	assertNoKey(t, body, fileSec)
+
+	ip := testkit.NonLoopbackIP()
+	if ip == "" {
+		t.Skip("no non-loopback address to be another pod from")
+	}
+	req, err := http.NewRequest(http.MethodGet, "http://"+net.JoinHostPort(ip, port)+secretdump.Path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"X-Forwarded-For", "X-Real-Ip", "Forwarded"} {
+		req.Header.Set(h, "127.0.0.1")
+	}
+	req.Host = "localhost"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("non-loopback peer claiming 127.0.0.1 in headers: %s, want 403", resp.Status)
+	}
+}
+
+// TestDebugSecretsOff: DisableDebugSecrets (--debug-secrets=false) turns
+// the dump off, to loopback peers too, with a 404 that says so (what
+// `meshid inspect --pod` shows); the rest of monitoring still serves.
+func TestDebugSecretsOff(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.config()
+	cfg.MonitoringListen, cfg.DisableDebugSecrets = "127.0.0.1:0", true
+	a := testkit.RunAgent(t, cfg)
+	firstSecret(t, a)
+	base := "http://" + a.MonitoringAddr().String()
+	code, body := testkit.HTTPGet(t, base+secretdump.Path)
+	if code != http.StatusNotFound || !strings.Contains(body, secretdump.OffMessage) || strings.Contains(body, "CERTIFICATE") {
+		t.Fatalf("GET with the dump off: %d %q", code, body)
+	}
+	if code, _ := testkit.HTTPGet(t, base+"/metrics"); code != http.StatusOK {
+		t.Fatalf("/metrics with the dump off: %d", code)
 	}
 }

@@ -86,6 +86,10 @@ type Config struct {
 	// must hold only the mesh's roots: ROOTCA trusts them for workloads.
 	RootFile    string
 	RootRefresh time.Duration
+	// MaxRoots bounds the roots RootFile may hold (a file of more is
+	// refused, like a system CA bundle; the previous roots stay); 0 means
+	// rootfile.DefaultMaxRoots.
+	MaxRoots int
 	// OnRoots, when set, is called with every new ROOTCA bundle (the agent
 	// makes its CA client trust it, so that the CA's serving certificate
 	// may move to a new root).
@@ -133,6 +137,7 @@ type Manager struct {
 
 	rootFile    string
 	rootRefresh time.Duration
+	maxRoots    int // of rootFile; 0: rootfile.DefaultMaxRoots
 	onRoots     func([]*x509.Certificate)
 	answerRoots []*x509.Certificate // roots of the last CA answer (under mu)
 	fileRoots   []*x509.Certificate // roots of rootFile (under mu)
@@ -178,8 +183,8 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.MaxJWTSVIDs < 0 || cfg.JWTBundleRefresh < 0 {
 		return nil, errors.New("secretcache: Config.MaxJWTSVIDs and JWTBundleRefresh must not be negative")
 	}
-	if cfg.MaxFileSecretSize < 0 || cfg.RootRefresh < 0 {
-		return nil, errors.New("secretcache: Config.MaxFileSecretSize and RootRefresh must not be negative")
+	if cfg.MaxFileSecretSize < 0 || cfg.RootRefresh < 0 || cfg.MaxRoots < 0 {
+		return nil, errors.New("secretcache: Config.MaxFileSecretSize, RootRefresh and MaxRoots must not be negative")
 	}
 	dirs, err := fileDirs(cfg.FileSecretDirs)
 	if err != nil {
@@ -206,6 +211,7 @@ func New(cfg Config) (*Manager, error) {
 		topics:      map[string]*topic{},
 		rootFile:    cfg.RootFile,
 		rootRefresh: orDefault(cfg.RootRefresh, DefaultRootRefresh),
+		maxRoots:    cfg.MaxRoots,
 		onRoots:     cfg.OnRoots,
 	}
 	m.maxFileSize = cmp.Or(m.maxFileSize, DefaultMaxFileSecretSize)

@@ -3,13 +3,10 @@ package secretcache
 import (
 	"context"
 	"crypto/x509"
-	"fmt"
-	"io"
-	"os"
 	"slices"
 	"time"
 
-	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/sds/rootfile"
 )
 
 // DefaultRootRefresh is how often the Manager re-reads Config.RootFile (the
@@ -18,10 +15,6 @@ import (
 // adding a new root to its bundle and signing with it, so that every agent
 // has pushed the new root as ROOTCA first.
 const DefaultRootRefresh = 5 * time.Minute
-
-// maxRootFile bounds the root file read: a bundle of a few hundred roots
-// is well under it.
-const maxRootFile = 1 << 20
 
 // trustedRootsLocked is the ROOTCA bundle: the roots of the last CA answer,
 // then those of RootFile that the answer lacks. During a CA rotation it
@@ -74,10 +67,11 @@ func (m *Manager) refreshRoots(ctx context.Context) {
 	}
 }
 
-// readRootFile loads RootFile into the bundle. A file that cannot be read
-// or holds no certificate (half written) leaves the previous roots.
+// readRootFile loads RootFile into the bundle. A file that cannot be read,
+// holds no certificate (half written) or is refused by rootfile.Read (a
+// system CA bundle, too many roots) leaves the previous roots.
 func (m *Manager) readRootFile() {
-	roots, err := readRoots(m.rootFile)
+	roots, err := rootfile.Read(m.rootFile, m.maxRoots)
 	if err != nil {
 		m.log.Warn("cannot re-read the CA roots; keeping the previous ones", "file", m.rootFile, "error", err)
 		return
@@ -90,24 +84,4 @@ func (m *Manager) readRootFile() {
 		m.log.Info("trust bundle changed", "file", m.rootFile, "roots", len(union))
 		m.rootsChanged(union)
 	}
-}
-
-func readRoots(path string) ([]*x509.Certificate, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxRootFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxRootFile {
-		return nil, fmt.Errorf("larger than %d bytes", maxRootFile)
-	}
-	roots, err := certs.ParseCertificates(data)
-	if err == nil && len(roots) == 0 {
-		err = fmt.Errorf("no certificate")
-	}
-	return roots, err
 }

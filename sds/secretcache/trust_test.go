@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/sds/rootfile"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -91,5 +92,89 @@ func TestRootsUnionWithRootFile(t *testing.T) {
 	tick()
 	if got := receive(t, roots, "ROOTCA after the file's re-read").Roots; len(got) != 1 || !got[0].Equal(next) {
 		t.Fatalf("ROOTCA after the file's re-read: %d roots, want only the new root", len(got))
+	}
+}
+
+// TestRootFileRefusedKeepsRoots: a root file replaced by something that is
+// not the mesh's roots (17 roots, a link to the system CA bundle) is
+// refused at the re-read with a warning naming the file, and ROOTCA and the
+// CA client keep the previous roots; the two-root union of a CA rotation
+// that follows is pushed.
+func TestRootFileRefusedKeepsRoots(t *testing.T) {
+	const refresh = time.Minute
+	dir := t.TempDir()
+	file := filepath.Join(dir, "root-cert.pem")
+	var hooked int
+	var mu sync.Mutex
+	f := newFixture(t, func(c *secretcache.Config) {
+		c.RootFile, c.RootRefresh = file, refresh
+		c.OnRoots = func([]*x509.Certificate) { mu.Lock(); hooked++; mu.Unlock() }
+	})
+	caRoot := f.ca.currentRoot()
+	write := func(data []byte) {
+		t.Helper()
+		os.Remove(file)
+		if err := certs.WriteFileAtomic(file, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(certs.EncodeCertificates(caRoot))
+	f.run(t)
+	roots := watch(t, f.m, secretcache.RootName)
+	if _, err := f.m.Secret(context.Background(), secretcache.DefaultName); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, roots, "first ROOTCA")
+	tick := func() {
+		t.Helper()
+		stop := make(chan struct{})
+		tm := time.AfterFunc(20*time.Second, func() { close(stop) })
+		defer tm.Stop()
+		if !f.clock.WaitForWaiters(2, stop) { // the renewal and the refresh
+			t.Fatal("the refresh did not wait on the clock")
+		}
+		f.clock.Add(refresh)
+	}
+	many := []*x509.Certificate{caRoot}
+	for range 16 {
+		many = append(many, newTestCA(t, f.clock).currentRoot())
+	}
+	write(certs.EncodeCertificates(many...))
+	tick()
+	f.logs.WaitForContaining(t, file+": 17 certificates, more than the 16 roots", 1)
+
+	sys := ""
+	for _, p := range rootfile.SystemBundles {
+		if _, err := os.Stat(p); err == nil {
+			sys = p
+			break
+		}
+	}
+	if sys != "" {
+		os.Remove(file)
+		if err := os.Symlink(sys, file); err != nil {
+			t.Fatal(err)
+		}
+		tick()
+		f.logs.WaitForContaining(t, "is the system CA bundle", 1)
+	}
+	// Each refusal is logged before readRootFile returns, so a push of
+	// the refused roots would be waiting here already.
+	select {
+	case s := <-roots:
+		t.Fatalf("a refused root file was pushed: %d roots", len(s.Roots))
+	default:
+	}
+	mu.Lock()
+	if hooked != 1 {
+		t.Fatalf("OnRoots called %d times, want once (the first bundle)", hooked)
+	}
+	mu.Unlock()
+
+	next := newTestCA(t, f.clock).currentRoot()
+	write(certs.EncodeCertificates(caRoot, next))
+	tick()
+	if got := receive(t, roots, "ROOTCA with the rotation's union").Roots; len(got) != 2 || !got[0].Equal(caRoot) || !got[1].Equal(next) {
+		t.Fatalf("ROOTCA after the union: %d roots", len(got))
 	}
 }

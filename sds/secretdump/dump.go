@@ -90,6 +90,17 @@ func Handler(current func() Dump) http.Handler {
 	})
 }
 
+// OffMessage is the answer of an agent whose dump is turned off.
+const OffMessage = Path + " is turned off on this agent (--debug-secrets=false)"
+
+// Off answers every request 404 with OffMessage, so that `meshid inspect
+// --pod` says why there is nothing to read.
+func Off() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, OffMessage, http.StatusNotFound)
+	})
+}
+
 // Parse decodes a dump and checks that every secret parses.
 func Parse(data []byte) (*Dump, error) {
 	if len(data) > MaxSize {

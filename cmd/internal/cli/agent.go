@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/sds/rootfile"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -36,6 +37,8 @@ type AgentFlags struct {
 	fileSecretDirs   []string
 	workloadSocket   string
 	caRootRefresh    time.Duration
+	caRootMax        int
+	debugSecrets     bool
 }
 
 // Register adds the agent's flags, with agent.Config's defaults, to fs.
@@ -43,6 +46,7 @@ func (f *AgentFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.caAddr, "ca-addr", agent.DefaultCAAddr, "address of the CA's CreateCertificate API")
 	fs.StringVar(&f.caRoot, "ca-root", "", "PEM roots that verify the CA's serving certificate")
 	fs.DurationVar(&f.caRootRefresh, "ca-root-refresh", secretcache.DefaultRootRefresh, "re-read --ca-root this often; its roots join the CA's in ROOTCA (0 = never)")
+	fs.IntVar(&f.caRootMax, "ca-root-max", rootfile.DefaultMaxRoots, "refuse a --ca-root of more roots than this (a system CA bundle would make the mesh trust every public CA); the system bundle itself is always refused")
 	fs.StringVar(&f.tokenFile, "token-file", agent.DefaultTokenFile, "service-account token, re-read for every CA request")
 	fs.StringVar(&f.sdsSocket, "sds-socket", agent.DefaultSDSSocket, "Unix socket to serve Envoy SDS on")
 	fs.BoolVar(&f.socketGroup, "sds-socket-group", false, "make the SDS socket 0660 instead of 0600 so the group can connect")
@@ -59,6 +63,7 @@ func (f *AgentFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.workloadSocket, "workload-api-socket", "", "Unix socket to serve the SPIFFE Workload API on, from the same cache as SDS (empty = off)")
 	fs.StringVar(&f.logFormat, "log-format", "text", LogFormatUsage)
 	fs.BoolVar(&f.debugEndpoints, "debug-endpoints", false, "serve POST /debug/rotate on --monitoring-listen, which must then be a loopback address (no authentication)")
+	fs.BoolVar(&f.debugSecrets, "debug-secrets", true, "serve GET /debug/secrets on --monitoring-listen to loopback peers only: the chain and roots held, never a key (meshid inspect --pod reads it); false turns it off")
 	fs.StringSliceVar(&f.fileSecretDirs, "file-secret-dirs", secretcache.DefaultFileSecretDirs, "the only directories file-cert: and file-root: SDS resources may read (empty = none)")
 }
 
@@ -86,24 +91,26 @@ func AgentConfig(fs *pflag.FlagSet, f *AgentFlags, lookup Lookup) (agent.Config,
 		dirs = []string{} // --file-secret-dirs= : none (nil would mean the default)
 	}
 	return agent.Config{
-		DebugEndpoints:    f.debugEndpoints,
-		WorkloadAPISocket: f.workloadSocket,
-		FileSecretDirs:    dirs,
-		CAAddr:            f.caAddr,
-		CARootFile:        f.caRoot,
-		CARootRefresh:     f.caRootRefresh,
-		TokenFile:         f.tokenFile,
-		SDSSocket:         f.sdsSocket,
-		SocketGroup:       f.socketGroup,
-		CertTTL:           f.certTTL,
-		GraceRatio:        f.graceRatio,
-		Jitter:            jitter,
-		KeyType:           keyType,
-		TrustDomain:       td,
-		ClusterID:         f.clusterID,
-		Namespace:         f.namespace,
-		ServiceAccount:    f.serviceAccount,
-		MonitoringListen:  f.monitoringListen,
+		DebugEndpoints:      f.debugEndpoints,
+		DisableDebugSecrets: !f.debugSecrets,
+		WorkloadAPISocket:   f.workloadSocket,
+		FileSecretDirs:      dirs,
+		CAAddr:              f.caAddr,
+		CARootFile:          f.caRoot,
+		CARootRefresh:       f.caRootRefresh,
+		MaxCARoots:          f.caRootMax,
+		TokenFile:           f.tokenFile,
+		SDSSocket:           f.sdsSocket,
+		SocketGroup:         f.socketGroup,
+		CertTTL:             f.certTTL,
+		GraceRatio:          f.graceRatio,
+		Jitter:              jitter,
+		KeyType:             keyType,
+		TrustDomain:         td,
+		ClusterID:           f.clusterID,
+		Namespace:           f.namespace,
+		ServiceAccount:      f.serviceAccount,
+		MonitoringListen:    f.monitoringListen,
 	}, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/sds/rootfile"
 )
 
 // agentEnvNames are the istio-agent variables the agent documents.
@@ -125,6 +126,32 @@ func TestAgentDefaults(t *testing.T) {
 	}
 	if got, err = AgentConfigOf(t, "--grace-ratio-jitter", "0"); err != nil || got.Jitter != agent.NoJitter {
 		t.Fatalf("--grace-ratio-jitter 0: jitter %v (%v), want NoJitter", got.Jitter, err)
+	}
+}
+
+// TestAgentRootFlags: --ca-root-max reaches the Config, its default is
+// sds/rootfile's.
+func TestAgentRootFlags(t *testing.T) {
+	clearAgentEnv(t)
+	got, err := AgentConfigOf(t)
+	if err != nil || got.MaxCARoots != rootfile.DefaultMaxRoots {
+		t.Fatalf("default MaxCARoots %d (%v), want %d", got.MaxCARoots, err, rootfile.DefaultMaxRoots)
+	}
+	if got, err = AgentConfigOf(t, "--ca-root-max", "3"); err != nil || got.MaxCARoots != 3 {
+		t.Fatalf("--ca-root-max 3: MaxCARoots %d (%v)", got.MaxCARoots, err)
+	}
+}
+
+// TestAgentDebugSecretsFlag: /debug/secrets is on unless
+// --debug-secrets=false turns it off.
+func TestAgentDebugSecretsFlag(t *testing.T) {
+	clearAgentEnv(t)
+	got, err := AgentConfigOf(t)
+	if err != nil || got.DisableDebugSecrets {
+		t.Fatalf("default: DisableDebugSecrets %v (%v), want false", got.DisableDebugSecrets, err)
+	}
+	if got, err = AgentConfigOf(t, "--debug-secrets=false"); err != nil || !got.DisableDebugSecrets {
+		t.Fatalf("--debug-secrets=false: DisableDebugSecrets %v (%v), want true", got.DisableDebugSecrets, err)
 	}
 }
 

@@ -11,9 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/ca/kubeclient/fake"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"

@@ -4,25 +4,27 @@
 // client-go's rest, gentype, tools/cache and listers packages.
 //
 // Why not client-go's kubernetes.Clientset: its typed clients all import
-// k8s.io/client-go/kubernetes/scheme, which registers every one of the ~56
-// API groups of k8s.io/api, and with them client-go's apply
-// configurations, informers, listers and discovery (gnostic OpenAPI). That
-// was about 12 MB of the meshid binary's 70 MB (docs/benchmarks.md), for
-// six resources. Here the scheme holds only the three groups above, and
-// the typed clients are client-go's own generic ones (gentype), so the
-// requests, protobuf negotiation, rate limiting and watch handling are
-// client-go's.
+// k8s.io/client-go/kubernetes/scheme, which registers every one of the 56
+// API groups of k8s.io/api, and kubernetes.Interface keeps every group's
+// client (with client-go's apply configurations and discovery) reachable.
+// Moving the CA off it took the stripped meshid binary from 70.2 MB to
+// 37.0 MB (docs/benchmarks.md), for six resources. Here the scheme holds
+// only the three groups above, and the typed clients are client-go's own
+// generic ones (gentype), so the requests, protobuf negotiation, rate
+// limiting and watch handling are client-go's.
 //
-// Interface matches the method sets of kubernetes.Interface for the
-// resources it has (CoreV1().Secrets(ns).Get(...) reads the same), so code
+// Interface has the method sets of kubernetes.Interface for the resources
+// it has, less Apply and the resource-specific extras (pod logs, eviction,
+// token requests): CoreV1().Secrets(ns).Get(...) reads the same, so code
 // moves from one to the other by changing the type. Informers come from an
 // InformerFactory shaped like client-go's SharedInformerFactory; its
 // listers are client-go's listers/core/v1. The fake sub-package is the
 // kubernetes/fake equivalent for unit tests (client-go's object tracker,
-// reactors and recorded actions).
+// reactors and recorded actions); test/kube/e2e's kubeclient_test.go runs
+// the real one against a real API server.
 //
 // Keep k8s.io/client-go/kubernetes, .../informers, .../tools/leaderelection
 // and .../metadata/metadatainformer out of production packages: any one of
-// them brings the full scheme back (test/image bounds the image size, and
-// TestNoFullScheme in this package checks cmd/meshid's dependencies).
+// them brings every API group back (TestNarrowScheme in this package
+// checks cmd/meshid's dependencies; test/image bounds the image).
 package kubeclient

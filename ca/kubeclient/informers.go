@@ -112,15 +112,18 @@ type lister[L runtime.Object] interface {
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 }
 
-// informerFor returns the factory's informer of obj's type, making it with
-// the typed client r on first use.
-func informerFor[L runtime.Object](f *InformerFactory, obj runtime.Object, r lister[L]) cache.SharedIndexInformer {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	t := reflect.TypeOf(obj)
-	if inf, ok := f.informers[t]; ok {
-		return inf
-	}
+// Informer is the factory's shared informer of one type and the client-go
+// lister L that reads its cache.
+type Informer[L any] struct {
+	f         *InformerFactory
+	obj       runtime.Object
+	lw        *cache.ListWatch
+	newLister func(cache.Indexer) L
+}
+
+// newInformer is obj's Informer, listing and watching with the typed client
+// r under the factory's list options.
+func newInformer[L any, LL runtime.Object](f *InformerFactory, obj runtime.Object, r lister[LL], newLister func(cache.Indexer) L) Informer[L] {
 	tweak := func(o *metav1.ListOptions) {
 		if f.tweak != nil {
 			f.tweak(o)
@@ -136,7 +139,20 @@ func informerFor[L runtime.Object](f *InformerFactory, obj runtime.Object, r lis
 			return r.Watch(ctx, o)
 		},
 	}
-	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, f.client), obj,
+	return Informer[L]{f: f, obj: obj, lw: lw, newLister: newLister}
+}
+
+// Informer returns the factory's informer of the type, creating it on
+// first use.
+func (i Informer[L]) Informer() cache.SharedIndexInformer {
+	f := i.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := reflect.TypeOf(i.obj)
+	if inf, ok := f.informers[t]; ok {
+		return inf
+	}
+	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(i.lw, f.client), i.obj,
 		cache.SharedIndexInformerOptions{ResyncPeriod: f.resync, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}})
 	if f.transform != nil {
 		_ = inf.SetTransform(f.transform) // fails only once started; it is new
@@ -145,67 +161,26 @@ func informerFor[L runtime.Object](f *InformerFactory, obj runtime.Object, r lis
 	return inf
 }
 
-// PodInformer is the shared Pod informer and its lister.
-type PodInformer struct{ f *InformerFactory }
-
-// Pods returns the factory's Pod informer.
-func (f *InformerFactory) Pods() PodInformer { return PodInformer{f} }
-
-// Informer returns the shared informer, creating it on first use.
-func (i PodInformer) Informer() cache.SharedIndexInformer {
-	return informerFor(i.f, &corev1.Pod{}, i.f.client.CoreV1().Pods(i.f.namespace))
-}
-
 // Lister lists from the informer's cache.
-func (i PodInformer) Lister() corelisters.PodLister {
-	return corelisters.NewPodLister(i.Informer().GetIndexer())
+func (i Informer[L]) Lister() L { return i.newLister(i.Informer().GetIndexer()) }
+
+// Pods is the factory's Pod informer.
+func (f *InformerFactory) Pods() Informer[corelisters.PodLister] {
+	return newInformer(f, &corev1.Pod{}, f.client.CoreV1().Pods(f.namespace), corelisters.NewPodLister)
 }
 
-// SecretInformer is the shared Secret informer and its lister.
-type SecretInformer struct{ f *InformerFactory }
-
-// Secrets returns the factory's Secret informer.
-func (f *InformerFactory) Secrets() SecretInformer { return SecretInformer{f} }
-
-// Informer returns the shared informer, creating it on first use.
-func (i SecretInformer) Informer() cache.SharedIndexInformer {
-	return informerFor(i.f, &corev1.Secret{}, i.f.client.CoreV1().Secrets(i.f.namespace))
+// Secrets is the factory's Secret informer.
+func (f *InformerFactory) Secrets() Informer[corelisters.SecretLister] {
+	return newInformer(f, &corev1.Secret{}, f.client.CoreV1().Secrets(f.namespace), corelisters.NewSecretLister)
 }
 
-// Lister lists from the informer's cache.
-func (i SecretInformer) Lister() corelisters.SecretLister {
-	return corelisters.NewSecretLister(i.Informer().GetIndexer())
+// ConfigMaps is the factory's ConfigMap informer.
+func (f *InformerFactory) ConfigMaps() Informer[corelisters.ConfigMapLister] {
+	return newInformer(f, &corev1.ConfigMap{}, f.client.CoreV1().ConfigMaps(f.namespace), corelisters.NewConfigMapLister)
 }
 
-// ConfigMapInformer is the shared ConfigMap informer and its lister.
-type ConfigMapInformer struct{ f *InformerFactory }
-
-// ConfigMaps returns the factory's ConfigMap informer.
-func (f *InformerFactory) ConfigMaps() ConfigMapInformer { return ConfigMapInformer{f} }
-
-// Informer returns the shared informer, creating it on first use.
-func (i ConfigMapInformer) Informer() cache.SharedIndexInformer {
-	return informerFor(i.f, &corev1.ConfigMap{}, i.f.client.CoreV1().ConfigMaps(i.f.namespace))
-}
-
-// Lister lists from the informer's cache.
-func (i ConfigMapInformer) Lister() corelisters.ConfigMapLister {
-	return corelisters.NewConfigMapLister(i.Informer().GetIndexer())
-}
-
-// NamespaceInformer is the shared Namespace informer and its lister.
-type NamespaceInformer struct{ f *InformerFactory }
-
-// Namespaces returns the factory's Namespace informer (cluster-scoped:
+// Namespaces is the factory's Namespace informer (cluster-scoped:
 // WithNamespace does not apply).
-func (f *InformerFactory) Namespaces() NamespaceInformer { return NamespaceInformer{f} }
-
-// Informer returns the shared informer, creating it on first use.
-func (i NamespaceInformer) Informer() cache.SharedIndexInformer {
-	return informerFor(i.f, &corev1.Namespace{}, i.f.client.CoreV1().Namespaces())
-}
-
-// Lister lists from the informer's cache.
-func (i NamespaceInformer) Lister() corelisters.NamespaceLister {
-	return corelisters.NewNamespaceLister(i.Informer().GetIndexer())
+func (f *InformerFactory) Namespaces() Informer[corelisters.NamespaceLister] {
+	return newInformer(f, &corev1.Namespace{}, f.client.CoreV1().Namespaces(), corelisters.NewNamespaceLister)
 }

@@ -35,7 +35,7 @@ type Source interface {
 
 // DefaultSocketMode is the mode of the socket: only the agent's user may
 // connect.
-const DefaultSocketMode os.FileMode = 0o600
+const DefaultSocketMode = unixsock.DefaultMode
 
 // Defaults of Config.
 const (
@@ -97,14 +97,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Source == nil {
 		return nil, errors.New("sds: Config.Source is required")
 	}
-	if cfg.SocketPath == "" {
-		return nil, errors.New("sds: Config.SocketPath is required")
-	}
-	if err := unixsock.CheckPath(cfg.SocketPath); err != nil {
-		return nil, fmt.Errorf("sds: %w", err)
-	}
-	mode := cmp.Or(cfg.SocketMode, DefaultSocketMode)
-	if err := unixsock.CheckMode(mode); err != nil {
+	mode, err := unixsock.CheckSocket(cfg.SocketPath, cfg.SocketMode)
+	if err != nil {
 		return nil, fmt.Errorf("sds: %w", err)
 	}
 	if cfg.MaxResourceNames < 0 || cfg.ShutdownTimeout < 0 {

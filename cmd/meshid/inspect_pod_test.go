@@ -7,12 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/internal/inspect"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
 	"github.com/meshid/meshid/sds/secretdump"
 )
@@ -21,18 +17,7 @@ import (
 // gives the same rows as --sds on the same agent, without the key; the
 // port-forward part is tested against the real API server in test/kube.
 func TestInspectAgentDump(t *testing.T) {
-	fake := withCLIClock(t, cliNow.Add(-48*time.Hour))
-	h := newCLIHierarchy(t, fake)
-	id := spiffeid.RequireFromString(testWorkload)
-	a := testkit.RunAgent(t, agent.Config{
-		Signer:           testkit.AuthoritySigner{Authority: h.authority(t, fake), Caller: "default/default (test)"},
-		Namespace:        "default",
-		ServiceAccount:   "default",
-		TrustDomain:      id.TrustDomain(),
-		CertTTL:          12 * time.Hour,
-		Clock:            fake,
-		MonitoringListen: "127.0.0.1:0",
-	})
+	a, _ := runCLIAgent(t, func(c *agent.Config) { c.MonitoringListen = "127.0.0.1:0" })
 	sdsOut := meshidOK(t, "inspect", "--sds", a.SocketPath())
 	get := func(ctx context.Context) ([]byte, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.MonitoringAddr().String()+secretdump.Path, nil)

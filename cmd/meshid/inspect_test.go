@@ -254,22 +254,33 @@ func TestInspectJSONAndPEM(t *testing.T) {
 	}
 }
 
+// runCLIAgent runs the agent assembly for testWorkload, signed in process
+// by a CLI-made hierarchy's CA, on the CLI clocks set 48h before cliNow;
+// with, if not nil, sets the test's own fields of its Config.
+func runCLIAgent(t *testing.T, with func(*agent.Config)) (*agent.Agent, cliHierarchy) {
+	t.Helper()
+	fake := withCLIClock(t, cliNow.Add(-48*time.Hour))
+	h := newCLIHierarchy(t, fake)
+	cfg := agent.Config{
+		Signer:         testkit.AuthoritySigner{Authority: h.authority(t, fake), Caller: "default/default (test)"},
+		Namespace:      "default",
+		ServiceAccount: "default",
+		TrustDomain:    spiffeid.RequireFromString(testWorkload).TrustDomain(),
+		CertTTL:        12 * time.Hour,
+		Clock:          fake,
+	}
+	if with != nil {
+		with(&cfg)
+	}
+	return testkit.RunAgent(t, cfg), h
+}
+
 // TestInspectSDS runs the real SDS server and SecretManager (the agent's
 // parts) with the CLI-made intermediate as the CA, and inspects what a
 // proxy would be served.
 func TestInspectSDS(t *testing.T) {
-	fake := withCLIClock(t, cliNow.Add(-48*time.Hour))
-	h := newCLIHierarchy(t, fake)
-	id := spiffeid.RequireFromString(testWorkload)
-	// The agent assembly, signed in process by the hierarchy's CA.
-	sock := testkit.RunAgent(t, agent.Config{
-		Signer:         testkit.AuthoritySigner{Authority: h.authority(t, fake), Caller: "default/default (test)"},
-		Namespace:      "default",
-		TrustDomain:    id.TrustDomain(),
-		CertTTL:        12 * time.Hour,
-		Clock:          fake,
-		ServiceAccount: "default",
-	}).SocketPath()
+	a, h := runCLIAgent(t, nil)
+	sock := a.SocketPath()
 
 	out := meshidOK(t, "inspect", "--sds", sock)
 	lines := strings.Split(strings.TrimSpace(out), "\n")

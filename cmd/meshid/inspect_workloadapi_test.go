@@ -5,9 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
@@ -16,19 +13,8 @@ import (
 // TestInspectWorkloadAPI: `meshid inspect --workload-api` reads the agent
 // assembly's Workload API and prints the same table (and JSON) as --sds.
 func TestInspectWorkloadAPI(t *testing.T) {
-	fake := withCLIClock(t, cliNow.Add(-48*time.Hour))
-	h := newCLIHierarchy(t, fake)
-	id := spiffeid.RequireFromString(testWorkload)
 	sock := filepath.Join(testkit.ShortDir(t), "wl.sock")
-	testkit.RunAgent(t, agent.Config{
-		Signer:            testkit.AuthoritySigner{Authority: h.authority(t, fake)},
-		Namespace:         "default",
-		ServiceAccount:    "default",
-		TrustDomain:       id.TrustDomain(),
-		CertTTL:           12 * time.Hour,
-		Clock:             fake,
-		WorkloadAPISocket: sock,
-	})
+	runCLIAgent(t, func(c *agent.Config) { c.WorkloadAPISocket = sock })
 	out := meshidOK(t, "inspect", "--workload-api", sock)
 	table, notes, _ := strings.Cut(strings.TrimSpace(out), "\n\n")
 	lines := strings.Split(table, "\n")

@@ -1,7 +1,6 @@
 package testkit
 
 import (
-	"io"
 	"net"
 	"net/http"
 	"testing"
@@ -20,17 +19,8 @@ func NonLoopbackIP() string {
 	return ""
 }
 
-// HTTPGet GETs url and returns the status code and body.
+// HTTPGet GETs url and returns the status code and body (HTTP's GET).
 func HTTPGet(t testing.TB, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	return HTTP(t, http.MethodGet, url)
 }

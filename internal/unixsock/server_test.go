@@ -86,3 +86,28 @@ func TestCheckPath(t *testing.T) {
 		t.Fatal("a path over MaxPath accepted")
 	}
 }
+
+// CheckSocket: a path is required and bounded, no mode means 0600, and a
+// mode letting others connect is refused.
+func TestCheckSocket(t *testing.T) {
+	if mode, err := unixsock.CheckSocket("/run/a.sock", 0); err != nil || mode != unixsock.DefaultMode {
+		t.Fatalf("default: %#o %v", mode, err)
+	}
+	if mode, err := unixsock.CheckSocket("/run/a.sock", 0o660); err != nil || mode != 0o660 {
+		t.Fatalf("0660: %#o %v", mode, err)
+	}
+	for _, tc := range []struct {
+		path string
+		mode os.FileMode
+		want string
+	}{
+		{"", 0, "Config.SocketPath is required"},
+		{strings.Repeat("x", unixsock.MaxPath+1), 0, "longer than"},
+		{"/run/a.sock", 0o666, "no access for others"},
+		{"/run/a.sock", 0o400, "owner read-write"},
+	} {
+		if _, err := unixsock.CheckSocket(tc.path, tc.mode); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%.20q %#o: %v, want %q", tc.path, tc.mode, err, tc.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package unixsock
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -119,6 +120,24 @@ func Remove(path string, ours os.FileInfo) {
 	if err == nil && os.SameFile(fi, ours) {
 		os.Remove(path)
 	}
+}
+
+// DefaultMode is the mode of a socket whose server's Config gives none:
+// only the agent's user may connect.
+const DefaultMode os.FileMode = 0o600
+
+// CheckSocket checks the socket of a server's Config (sds, workloadapi):
+// its path, required (see CheckPath), and its mode, 0 meaning DefaultMode
+// (see CheckMode). It returns the mode to serve with.
+func CheckSocket(path string, mode os.FileMode) (os.FileMode, error) {
+	if path == "" {
+		return 0, errors.New("Config.SocketPath is required")
+	}
+	if err := CheckPath(path); err != nil {
+		return 0, err
+	}
+	mode = cmp.Or(mode, DefaultMode)
+	return mode, CheckMode(mode)
 }
 
 // CheckMode returns an error unless mode is a socket mode the agent

@@ -34,7 +34,7 @@ type Source interface {
 
 // DefaultSocketMode is the mode of the socket: only the agent's user may
 // connect.
-const DefaultSocketMode os.FileMode = 0o600
+const DefaultSocketMode = unixsock.DefaultMode
 
 // Defaults of Config.
 const (
@@ -106,14 +106,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Source == nil {
 		return nil, errors.New("workloadapi: Config.Source is required")
 	}
-	if cfg.SocketPath == "" {
-		return nil, errors.New("workloadapi: Config.SocketPath is required")
-	}
-	if err := unixsock.CheckPath(cfg.SocketPath); err != nil {
-		return nil, fmt.Errorf("workloadapi: %w", err)
-	}
-	cfg.SocketMode = cmp.Or(cfg.SocketMode, DefaultSocketMode)
-	if err := unixsock.CheckMode(cfg.SocketMode); err != nil {
+	var err error
+	if cfg.SocketMode, err = unixsock.CheckSocket(cfg.SocketPath, cfg.SocketMode); err != nil {
 		return nil, fmt.Errorf("workloadapi: %w", err)
 	}
 	if cfg.MaxStreams < 0 || cfg.MaxConnections < 0 || cfg.ShutdownTimeout < 0 {

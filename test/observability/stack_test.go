@@ -150,27 +150,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // exist yet (a CounterVec child is created on its first increment).
 func counter(t *testing.T, g prometheus.Gatherer, name string, lbls ...string) float64 {
 	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(lbls); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					found = found || (lp.GetName() == lbls[i] && lp.GetValue() == lbls[i+1])
-				}
-				if !found {
-					continue metrics
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	v, _ := testkit.LookupMetric(t, g, name, lbls...)
+	return v
 }

@@ -147,6 +147,7 @@ func New(cfg Config) (*Controller, error) {
 		RenewDeadline: cfg.RenewDeadline,
 		RetryPeriod:   cfg.RetryPeriod,
 		Lead:          c.lead,
+		Clock:         cfg.Clock,
 		Logger:        log,
 		Registerer:    cfg.Registerer,
 	})

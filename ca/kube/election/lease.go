@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"errors"
 	"math"
 	"time"
 
@@ -75,7 +76,7 @@ func (e *Elector) try(ctx context.Context, timeout time.Duration) bool {
 		return true
 	}
 	if err != nil {
-		e.log.Warn("reading the Lease failed", "err", err)
+		e.logFailure(ctx, "reading the Lease failed", err)
 		return false
 	}
 	e.observe(cur, now)
@@ -93,12 +94,22 @@ func (e *Elector) write(ctx context.Context, l *coordinationv1.Lease, now time.T
 		if apierrors.IsConflict(err) {
 			e.log.Debug("the Lease changed under this write", "err", err)
 		} else {
-			e.log.Warn("writing the Lease failed", "err", err)
+			e.logFailure(ctx, "writing the Lease failed", err)
 		}
 		return err
 	}
 	e.observe(got, now)
 	return nil
+}
+
+// logFailure logs a failed request as a warning, unless it failed because
+// Run's context ended (shutdown), which is no news.
+func (e *Elector) logFailure(ctx context.Context, msg string, err error) {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		e.log.Debug(msg, "err", err)
+		return
+	}
+	e.log.Warn(msg, "err", err)
 }
 
 // claim returns a copy of l held by this Elector, renewed at now. Taking it

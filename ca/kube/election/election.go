@@ -138,8 +138,12 @@ func (e *Elector) Leader() string {
 // the Lease if it holds it. It returns nil when ctx ends.
 func (e *Elector) Run(ctx context.Context) error {
 	e.log.Info("campaigning for leadership")
-	for e.acquire(ctx) {
-		e.lead(ctx)
+	for {
+		at, ok := e.acquire(ctx)
+		if !ok {
+			break
+		}
+		e.lead(ctx, at)
 		if ctx.Err() == nil {
 			e.log.Info("campaigning for leadership again")
 		}
@@ -148,26 +152,28 @@ func (e *Elector) Run(ctx context.Context) error {
 	return nil
 }
 
-// acquire tries to take the Lease every RetryPeriod until it does (true) or
-// ctx ends (false).
-func (e *Elector) acquire(ctx context.Context) bool {
+// acquire tries to take the Lease every RetryPeriod until it does (true,
+// and when the winning attempt started) or ctx ends (false).
+func (e *Elector) acquire(ctx context.Context) (time.Time, bool) {
 	for ctx.Err() == nil {
+		start := e.clock.Now()
 		if e.try(ctx, e.cfg.RetryPeriod) {
-			return true
+			return start, true
 		}
 		if !e.wait(ctx, e.cfg.RetryPeriod) {
-			return false
+			break
 		}
 	}
-	return false
+	return time.Time{}, false
 }
 
 // lead runs Lead and renews the Lease every RetryPeriod until ctx ends, the
 // Lease is seen held by someone else, or RenewDeadline has passed since the
 // last successful renewal; then it cancels Lead's context and waits for
-// Lead to return.
-func (e *Elector) lead(ctx context.Context) {
-	renewed := e.clock.Now() // acquire's write started no earlier than this
+// Lead to return. renewed is when the write that won the Lease started:
+// the deadline counts from before the write, so it never runs late by the
+// time a request took.
+func (e *Elector) lead(ctx context.Context, renewed time.Time) {
 	leadCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	e.setLeading(true)

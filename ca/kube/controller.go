@@ -137,6 +137,10 @@ func New(cfg Config) (*Controller, error) {
 	if c.store == nil && c.publisher == nil {
 		return c, nil // nothing a leader would do
 	}
+	// The election keeps wall time (no Clock): tests that step this
+	// Controller's fake clock by whole poll intervals would otherwise make
+	// the leader miss its renew deadline at each step and hand leadership
+	// back and forth.
 	var err error
 	c.elector, err = election.New(election.Config{
 		Client:        cfg.Client,

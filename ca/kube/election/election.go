@@ -10,19 +10,24 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/meshid/meshid/ca/kube/election/internal/leaderelection"
 	"github.com/meshid/meshid/ca/kubeclient"
+	"github.com/meshid/meshid/internal/clock"
 )
 
-// Defaults, the values client-go's examples and the core controllers use.
+// Defaults, the values Kubernetes' own controllers use.
 const (
 	DefaultLeaseName     = "meshid-ca"
 	DefaultLeaseDuration = 15 * time.Second
 	DefaultRenewDeadline = 10 * time.Second
 	DefaultRetryPeriod   = 2 * time.Second
 )
+
+// retryMargin is how much longer than RetryPeriod RenewDeadline must be, so
+// that a holder gets at least one retry after a failed renewal before it
+// steps down (the margin client-go's election requires too, so
+// configurations valid there stay valid here).
+const retryMargin = 1.2
 
 // Config configures an Elector.
 type Config struct {
@@ -31,15 +36,23 @@ type Config struct {
 	LeaseName string               // "" = DefaultLeaseName
 	Identity  string               // this replica's identity, e.g. the pod name; required
 
-	LeaseDuration time.Duration // 0 = DefaultLeaseDuration
-	RenewDeadline time.Duration // 0 = DefaultRenewDeadline
-	RetryPeriod   time.Duration // 0 = DefaultRetryPeriod
+	// LeaseDuration is how long the others wait, from when they last saw
+	// the Lease change, before they take it over. It is written to the Lease
+	// in whole seconds. 0 = DefaultLeaseDuration.
+	LeaseDuration time.Duration
+	// RenewDeadline is how long the holder keeps leading without a
+	// successful renewal; below LeaseDuration. 0 = DefaultRenewDeadline.
+	RenewDeadline time.Duration
+	// RetryPeriod is the time between two attempts to take or renew the
+	// Lease. 0 = DefaultRetryPeriod.
+	RetryPeriod time.Duration
 
 	// Lead runs while this replica holds the Lease. Its context is cancelled
 	// when leadership is lost or Run's context ends; Lead must return soon
 	// after. Required.
 	Lead func(ctx context.Context)
 
+	Clock      clock.Clock           // nil = the wall clock
 	Logger     *slog.Logger          // nil discards logs
 	Registerer prometheus.Registerer // nil = no metrics
 }
@@ -47,11 +60,13 @@ type Config struct {
 // Elector campaigns for the Lease and runs Config.Lead while leading.
 type Elector struct {
 	cfg    Config
+	clock  clock.Clock
+	leases kubeclient.LeaseInterface
 	log    *slog.Logger
 	leader prometheus.Gauge
 
 	mu      sync.Mutex
-	current *leaderelection.LeaderElector
+	seen    observation // the Lease as last read or written
 	leading bool
 }
 
@@ -71,19 +86,30 @@ func New(cfg Config) (*Elector, error) {
 	cfg.LeaseDuration = cmp.Or(cfg.LeaseDuration, DefaultLeaseDuration)
 	cfg.RenewDeadline = cmp.Or(cfg.RenewDeadline, DefaultRenewDeadline)
 	cfg.RetryPeriod = cmp.Or(cfg.RetryPeriod, DefaultRetryPeriod)
+	switch {
+	case cfg.RetryPeriod < 0 || cfg.RenewDeadline < 0 || cfg.LeaseDuration < 0:
+		return nil, fmt.Errorf("election: negative duration (lease %s, renew deadline %s, retry period %s)", cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod)
+	case cfg.LeaseDuration < time.Second:
+		return nil, fmt.Errorf("election: lease duration %s is under the Lease's 1s resolution", cfg.LeaseDuration)
+	case cfg.RenewDeadline >= cfg.LeaseDuration:
+		return nil, fmt.Errorf("election: renew deadline %s must be shorter than the lease duration %s", cfg.RenewDeadline, cfg.LeaseDuration)
+	case float64(cfg.RenewDeadline) <= retryMargin*float64(cfg.RetryPeriod):
+		return nil, fmt.Errorf("election: renew deadline %s leaves no room to retry every %s", cfg.RenewDeadline, cfg.RetryPeriod)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Elector{cfg: cfg, log: log.With("component", "election", "lease", cfg.Namespace+"/"+cfg.LeaseName, "identity", cfg.Identity)}
-	// Build one elector now so that bad durations fail here, not in Run.
-	if _, err := e.newLeaderElector(&campaign{done: make(chan struct{})}); err != nil {
-		return nil, err
+	e := &Elector{
+		cfg:    cfg,
+		clock:  clock.OrReal(cfg.Clock),
+		leases: cfg.Client.CoordinationV1().Leases(cfg.Namespace),
+		log:    log.With("component", "election", "lease", cfg.Namespace+"/"+cfg.LeaseName, "identity", cfg.Identity),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshid_ca_leader",
+			Help: "1 while this CA replica holds the leader Lease, else 0.",
+		}),
 	}
-	e.leader = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "meshid_ca_leader",
-		Help: "1 while this CA replica holds the leader Lease, else 0.",
-	})
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(e.leader); err != nil {
 			return nil, fmt.Errorf("election: register metrics: %w", err)
@@ -102,66 +128,95 @@ func (e *Elector) IsLeader() bool {
 // Leader returns the identity of the last observed Lease holder, or "".
 func (e *Elector) Leader() string {
 	e.mu.Lock()
-	le := e.current
-	e.mu.Unlock()
-	if le == nil {
-		return ""
-	}
-	return le.GetLeader()
+	defer e.mu.Unlock()
+	return e.seen.holder
 }
 
 // Run campaigns until ctx ends. Each time it wins the Lease it runs
 // Config.Lead, and it waits for Lead to return before campaigning again, so
-// two Lead calls of one Elector never overlap. It returns nil when ctx ends.
+// two Lead calls of one Elector never overlap. When ctx ends it releases
+// the Lease if it holds it. It returns nil when ctx ends.
 func (e *Elector) Run(ctx context.Context) error {
-	for ctx.Err() == nil {
-		c := &campaign{done: make(chan struct{})}
-		le, err := e.newLeaderElector(c)
-		if err != nil {
-			return err
+	e.log.Info("campaigning for leadership")
+	for {
+		at, ok := e.acquire(ctx)
+		if !ok {
+			break
 		}
-		e.mu.Lock()
-		e.current = le
-		e.mu.Unlock()
-		e.log.Info("campaigning for leadership")
-		le.Run(ctx)
-		// le.Run returns once leadership is lost (or never won because ctx
-		// ended). client-go runs the leading callback in its own goroutine:
-		// wait for it to finish, or stop it from starting Lead at all.
-		if c.end() {
-			<-c.done
+		e.lead(ctx, at)
+		if ctx.Err() == nil {
+			e.log.Info("campaigning for leadership again")
 		}
-		e.setLeading(false)
 	}
+	e.release()
 	return nil
 }
 
-// campaign is one le.Run: it makes sure Lead does not start after le.Run
-// returned, and that Run waits for a started Lead.
-type campaign struct {
-	mu      sync.Mutex
-	ended   bool
-	started bool
-	done    chan struct{}
-}
-
-// start reports whether Lead may run; false once the campaign ended.
-func (c *campaign) start() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ended {
-		return false
+// acquire tries to take the Lease every RetryPeriod until it does (true,
+// and when the winning attempt started) or ctx ends (false).
+func (e *Elector) acquire(ctx context.Context) (time.Time, bool) {
+	for ctx.Err() == nil {
+		start := e.clock.Now()
+		if e.try(ctx, e.cfg.RetryPeriod) {
+			return start, true
+		}
+		if !e.wait(ctx, e.cfg.RetryPeriod) {
+			break
+		}
 	}
-	c.started = true
-	return true
+	return time.Time{}, false
 }
 
-// end marks the campaign over and reports whether Lead was started.
-func (c *campaign) end() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.ended = true
-	return c.started
+// lead runs Lead and renews the Lease every RetryPeriod until ctx ends, the
+// Lease is seen held by someone else, or RenewDeadline has passed since the
+// last successful renewal; then it cancels Lead's context and waits for
+// Lead to return. renewed is when the write that won the Lease started:
+// the deadline counts from before the write, so it never runs late by the
+// time a request took.
+func (e *Elector) lead(ctx context.Context, renewed time.Time) {
+	leadCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	e.setLeading(true)
+	e.log.Info("started leading")
+	go func() {
+		defer close(done)
+		e.cfg.Lead(leadCtx)
+	}()
+	for {
+		deadline := renewed.Add(e.cfg.RenewDeadline)
+		if !e.wait(ctx, min(e.cfg.RetryPeriod, deadline.Sub(e.clock.Now()))) {
+			break
+		}
+		start := e.clock.Now()
+		if !start.Before(deadline) {
+			e.log.Warn("stepping down: the Lease was not renewed within the renew deadline", "deadline", e.cfg.RenewDeadline)
+			break
+		}
+		if e.try(ctx, deadline.Sub(start)) {
+			renewed = start
+			continue
+		}
+		if h := e.Leader(); h != e.cfg.Identity {
+			e.log.Warn("stepping down: the Lease has another holder", "holder", h)
+			break
+		}
+	}
+	cancel()
+	<-done
+	e.setLeading(false)
+	e.log.Info("stopped leading")
+}
+
+// wait waits d on the clock; false when ctx ended first.
+func (e *Elector) wait(ctx context.Context, d time.Duration) bool {
+	t := e.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
+	}
 }
 
 func (e *Elector) setLeading(v bool) {
@@ -173,44 +228,4 @@ func (e *Elector) setLeading(v bool) {
 	} else {
 		e.leader.Set(0)
 	}
-}
-
-func (e *Elector) newLeaderElector(c *campaign) (*leaderelection.LeaderElector, error) {
-	lock := &leaderelection.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.cfg.LeaseName},
-		Client:     e.cfg.Client.CoordinationV1(),
-		LockConfig: leaderelection.ResourceLockConfig{Identity: e.cfg.Identity},
-	}
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		Name:            e.cfg.LeaseName,
-		LeaseDuration:   e.cfg.LeaseDuration,
-		RenewDeadline:   e.cfg.RenewDeadline,
-		RetryPeriod:     e.cfg.RetryPeriod,
-		ReleaseOnCancel: true,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				if !c.start() {
-					return
-				}
-				defer close(c.done)
-				e.setLeading(true)
-				e.log.Info("started leading")
-				e.cfg.Lead(ctx)
-				e.setLeading(false)
-				e.log.Info("stopped leading")
-			},
-			// Required by client-go; Lead's return is what matters here.
-			OnStoppedLeading: func() {},
-			OnNewLeader: func(id string) {
-				if id != e.cfg.Identity {
-					e.log.Info("observed leader", "leader", id)
-				}
-			},
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("election: %w", err)
-	}
-	return le, nil
 }

@@ -3,6 +3,10 @@ package election_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,15 +21,123 @@ import (
 
 	"github.com/meshid/meshid/ca/kube/election"
 	"github.com/meshid/meshid/ca/kube/internal/kubetest"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/kubeclient/fake"
+	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
 )
 
-const ns = "istio-system"
+const (
+	ns    = "istio-system"
+	retry = election.DefaultRetryPeriod
+)
 
-// candidate is an Elector whose Lead records its terms.
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// world is an API server (the fake, with the optimistic concurrency of a
+// real one) and a fake clock shared by candidates.
+type world struct {
+	t       *testing.T
+	client  *fake.Clientset
+	clk     *clock.Fake
+	gate    gate
+	mu      sync.Mutex
+	running map[*candidate]bool
+}
+
+// gate holds every Lease Update until n Gets have been made since it was
+// armed, so candidates that wake together all read the Lease before any of
+// them writes it: the race the resourceVersion settles, made certain.
+type gate struct {
+	mu    sync.Mutex
+	n     int
+	armed chan struct{} // closed when n Gets were made; nil when disarmed
+}
+
+func (g *gate) arm(n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n, g.armed = n, make(chan struct{})
+}
+
+func (g *gate) disarm() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.armed = nil
+}
+
+func (g *gate) got() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.armed != nil {
+		if g.n--; g.n == 0 {
+			close(g.armed)
+		}
+	}
+}
+
+func (g *gate) update() {
+	g.mu.Lock()
+	ch := g.armed
+	g.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+func newWorld(t *testing.T, objects ...runtime.Object) *world {
+	w := &world{t: t, client: fake.NewClientset(objects...), clk: clock.NewFake(t0), running: map[*candidate]bool{}}
+	enforceResourceVersions(w.client)
+	return w
+}
+
+// enforceResourceVersions makes the fake's Leases behave as the API
+// server's: every write gets a new resourceVersion, and an Update carrying
+// an old one fails with a conflict (the object tracker checks neither).
+// An Update without one is unconditional, as on the API server.
+func enforceResourceVersions(c *fake.Clientset) {
+	var mu sync.Mutex
+	version := 0
+	gvr := coordinationv1.SchemeGroupVersion.WithResource("leases")
+	c.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch a.GetVerb() {
+		case "create":
+			l := a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+			version++
+			l.ResourceVersion = strconv.Itoa(version)
+			if err := c.Tracker().Create(gvr, l, a.GetNamespace()); err != nil {
+				return true, nil, err
+			}
+			return true, l, nil
+		case "update":
+			l := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+			cur, err := c.Tracker().Get(gvr, a.GetNamespace(), l.Name)
+			if err != nil {
+				return true, nil, err
+			}
+			if l.ResourceVersion != "" && l.ResourceVersion != cur.(*coordinationv1.Lease).ResourceVersion {
+				return true, nil, apierrors.NewConflict(gvr.GroupResource(), l.Name, errors.New("the object has been modified"))
+			}
+			version++
+			l.ResourceVersion = strconv.Itoa(version)
+			if err := c.Tracker().Update(gvr, l, a.GetNamespace()); err != nil {
+				return true, nil, err
+			}
+			return true, l, nil
+		}
+		return false, nil, nil
+	})
+}
+
+// candidate is an Elector whose Lead records its terms; its requests fail
+// while cut is set (a replica cut off from the API server).
 type candidate struct {
+	id      string
 	e       *election.Elector
+	reg     *prometheus.Registry
+	cut     atomic.Bool
 	terms   atomic.Int32 // Lead calls started
 	running atomic.Int32 // Lead calls running now
 	overlap atomic.Bool  // two Lead calls ran at once
@@ -33,17 +145,15 @@ type candidate struct {
 	done    chan error
 }
 
-func newCandidate(t *testing.T, client *fake.Clientset, id string, reg prometheus.Registerer) *candidate {
-	t.Helper()
-	c := &candidate{}
+func (w *world) candidate(id string) *candidate {
+	w.t.Helper()
+	c := &candidate{id: id, reg: prometheus.NewRegistry()}
 	e, err := election.New(election.Config{
-		Client:        client,
-		Namespace:     ns,
-		Identity:      id,
-		LeaseDuration: time.Second,
-		RenewDeadline: 500 * time.Millisecond,
-		RetryPeriod:   100 * time.Millisecond,
-		Registerer:    reg,
+		Client:     cutOff{w.client, &c.cut, &w.gate},
+		Namespace:  ns,
+		Identity:   id,
+		Clock:      w.clk,
+		Registerer: c.reg,
 		Lead: func(ctx context.Context) {
 			c.terms.Add(1)
 			if c.running.Add(1) > 1 {
@@ -54,123 +164,482 @@ func newCandidate(t *testing.T, client *fake.Clientset, id string, reg prometheu
 		},
 	})
 	if err != nil {
-		t.Fatal(err)
+		w.t.Fatal(err)
 	}
 	c.e = e
 	return c
 }
 
-func (c *candidate) start(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel, c.done = cancel, make(chan error, 1)
-	go func() { c.done <- c.e.Run(ctx) }()
-	t.Cleanup(c.stop)
+// start runs the candidates and waits until each has made its first
+// attempt and waits on the clock.
+func (w *world) start(cs ...*candidate) {
+	w.t.Helper()
+	for _, c := range cs {
+		ctx, cancel := context.WithCancel(context.Background())
+		c.cancel, c.done = cancel, make(chan error, 1)
+		go func() { c.done <- c.e.Run(ctx) }()
+		w.mu.Lock()
+		w.running[c] = true
+		w.mu.Unlock()
+		w.t.Cleanup(func() { w.stop(c) })
+	}
+	w.settle()
 }
 
-// stop cancels Run and waits for it; idempotent.
-func (c *candidate) stop() {
-	if c.cancel == nil {
+// stop cancels c's Run and waits for it to return; idempotent.
+func (w *world) stop(c *candidate) {
+	w.mu.Lock()
+	run := w.running[c]
+	delete(w.running, c)
+	w.mu.Unlock()
+	if run {
+		c.cancel()
+		if err := <-c.done; err != nil {
+			w.t.Errorf("%s: Run: %v", c.id, err)
+		}
+	}
+}
+
+// settle waits until every running candidate waits on the clock: each
+// waits on one timer at a time, and Lead here uses none.
+func (w *world) settle() {
+	w.mu.Lock()
+	n := len(w.running)
+	w.mu.Unlock()
+	w.clk.WaitForWaiters(n, nil)
+}
+
+// tick advances the clock by d and lets every candidate act on it.
+func (w *world) tick(d time.Duration) {
+	w.clk.Add(d)
+	w.settle()
+}
+
+// leaders returns the running candidates that lead, checking that Lead
+// runs exactly while IsLeader says so.
+func (w *world) leaders(cs ...*candidate) []string {
+	w.t.Helper()
+	var ids []string
+	for _, c := range cs {
+		if c.e.IsLeader() {
+			ids = append(ids, c.id)
+			kubetest.Eventually(w.t, c.id+"'s Lead runs", func() bool { return c.running.Load() == 1 })
+		} else if n := c.running.Load(); n != 0 {
+			w.t.Errorf("%s: %d Lead calls running while not leader", c.id, n)
+		}
+		if c.overlap.Load() {
+			w.t.Errorf("%s: two Lead calls ran at once", c.id)
+		}
+	}
+	return ids
+}
+
+// oneLeader checks that exactly one candidate leads, the one the Lease
+// names, and returns it.
+func (w *world) oneLeader(cs ...*candidate) *candidate {
+	w.t.Helper()
+	ids := w.leaders(cs...)
+	if len(ids) != 1 {
+		w.t.Fatalf("leaders %v, want exactly one", ids)
+	}
+	if h := ptr.Deref(w.lease().Spec.HolderIdentity, ""); h != ids[0] {
+		w.t.Fatalf("%s leads but the Lease names %q", ids[0], h)
+	}
+	for _, c := range cs {
+		if c.id == ids[0] {
+			return c
+		}
+	}
+	return nil
+}
+
+func (w *world) lease() *coordinationv1.Lease {
+	w.t.Helper()
+	l, err := w.client.CoordinationV1().Leases(ns).Get(context.Background(), election.DefaultLeaseName, metav1.GetOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return l
+}
+
+// putLease stores a Lease as another program would.
+func (w *world) putLease(spec coordinationv1.LeaseSpec) {
+	w.t.Helper()
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: election.DefaultLeaseName}, Spec: spec}
+	ctx := context.Background()
+	if cur, err := w.client.CoordinationV1().Leases(ns).Get(ctx, l.Name, metav1.GetOptions{}); err == nil {
+		l.ResourceVersion = cur.ResourceVersion
+		_, err = w.client.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
+		if err != nil {
+			w.t.Fatal(err)
+		}
 		return
 	}
-	c.cancel()
-	<-c.done
-	c.cancel = nil
-}
-
-func holder(t *testing.T, client *fake.Clientset) string {
-	l, err := client.CoordinationV1().Leases(ns).Get(context.Background(), election.DefaultLeaseName, metav1.GetOptions{})
-	if err != nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
-}
-
-func TestLeadsAndReleasesOnShutdown(t *testing.T) {
-	client := fake.NewClientset()
-	reg := prometheus.NewRegistry()
-	a := newCandidate(t, client, "ca-0", reg)
-	a.start(t)
-	kubetest.Eventually(t, "ca-0 leads", func() bool { return a.e.IsLeader() && a.running.Load() == 1 })
-	if got := holder(t, client); got != "ca-0" {
-		t.Errorf("Lease holder = %q, want ca-0", got)
-	}
-	if got := a.e.Leader(); got != "ca-0" {
-		t.Errorf("Leader() = %q", got)
-	}
-	if v := gauge(t, reg); v != 1 {
-		t.Errorf("meshid_ca_leader = %v, want 1", v)
-	}
-	a.stop()
-	if a.running.Load() != 0 || a.e.IsLeader() {
-		t.Error("Lead still running after Run returned")
-	}
-	if got := holder(t, client); got != "" {
-		t.Errorf("Lease holder after shutdown = %q, want released", got)
-	}
-	if v := gauge(t, reg); v != 0 {
-		t.Errorf("meshid_ca_leader = %v after shutdown, want 0", v)
+	if _, err := w.client.CoordinationV1().Leases(ns).Create(ctx, l, metav1.CreateOptions{}); err != nil {
+		w.t.Fatal(err)
 	}
 }
 
-func TestFailover(t *testing.T) {
-	client := fake.NewClientset()
-	a := newCandidate(t, client, "ca-0", nil)
-	b := newCandidate(t, client, "ca-1", nil)
-	a.start(t)
-	kubetest.Eventually(t, "ca-0 leads", func() bool { return a.e.IsLeader() })
-	b.start(t)
-	kubetest.Eventually(t, "ca-1 sees ca-0 lead", func() bool { return b.e.Leader() == "ca-0" })
-	if b.e.IsLeader() || b.terms.Load() != 0 {
-		t.Fatal("two leaders")
-	}
-	a.stop() // releases the Lease: ca-1 takes over without waiting for expiry
-	kubetest.Eventually(t, "ca-1 leads", func() bool { return b.e.IsLeader() && b.running.Load() == 1 })
-	if got := holder(t, client); got != "ca-1" {
-		t.Errorf("Lease holder = %q, want ca-1", got)
+func held(holder string, seconds int32, renew time.Time) coordinationv1.LeaseSpec {
+	return coordinationv1.LeaseSpec{
+		HolderIdentity:       ptr.To(holder),
+		LeaseDurationSeconds: ptr.To(seconds),
+		RenewTime:            &metav1.MicroTime{Time: renew},
+		AcquireTime:          &metav1.MicroTime{Time: renew},
+		LeaseTransitions:     ptr.To[int32](0),
 	}
 }
 
-func TestLeadStopsWhenTheLeaseIsLostAndResumesLater(t *testing.T) {
-	client := fake.NewClientset()
-	a := newCandidate(t, client, "ca-0", nil)
-	a.start(t)
-	kubetest.Eventually(t, "ca-0 leads", func() bool { return a.running.Load() == 1 })
+// cutOff is a client whose Lease requests fail while cut is set.
+// Its Lease requests pass the world's gate.
+type cutOff struct {
+	*fake.Clientset
+	cut  *atomic.Bool
+	gate *gate
+}
 
-	// Someone else takes the Lease for an hour: ca-0 fails to renew and
-	// must stop its leader tasks. The fake tracker does not check
-	// resourceVersion, so make ca-0's stale updates conflict as an API
-	// server would.
-	var stolen atomic.Bool
-	client.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		l := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
-		if stolen.Load() && ptr.Deref(l.Spec.HolderIdentity, "") == "ca-0" {
-			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), l.Name, errors.New("stale"))
+func (c cutOff) CoordinationV1() kubeclient.CoordinationV1Interface {
+	return cutOffCoordination{c.Clientset.CoordinationV1(), c.cut, c.gate}
+}
+
+type cutOffCoordination struct {
+	kubeclient.CoordinationV1Interface
+	cut  *atomic.Bool
+	gate *gate
+}
+
+func (c cutOffCoordination) Leases(ns string) kubeclient.LeaseInterface {
+	return cutOffLeases{c.CoordinationV1Interface.Leases(ns), c.cut, c.gate}
+}
+
+type cutOffLeases struct {
+	kubeclient.LeaseInterface
+	cut  *atomic.Bool
+	gate *gate
+}
+
+var errCut = apierrors.NewServiceUnavailable("cut off")
+
+func (l cutOffLeases) Get(ctx context.Context, name string, o metav1.GetOptions) (*coordinationv1.Lease, error) {
+	if l.cut.Load() {
+		return nil, errCut
+	}
+	defer l.gate.got()
+	return l.LeaseInterface.Get(ctx, name, o)
+}
+
+func (l cutOffLeases) Create(ctx context.Context, x *coordinationv1.Lease, o metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	if l.cut.Load() {
+		return nil, errCut
+	}
+	return l.LeaseInterface.Create(ctx, x, o)
+}
+
+func (l cutOffLeases) Update(ctx context.Context, x *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if l.cut.Load() {
+		return nil, errCut
+	}
+	l.gate.update()
+	return l.LeaseInterface.Update(ctx, x, o)
+}
+
+// Several candidates: one leads, the one the Lease names, and renewing
+// keeps it leading for many lease durations; the others see it lead.
+func TestOneLeaderRenews(t *testing.T) {
+	w := newWorld(t)
+	cs := []*candidate{w.candidate("ca-0"), w.candidate("ca-1"), w.candidate("ca-2")}
+	w.start(cs...)
+	leader := w.oneLeader(cs...)
+	first := w.lease()
+	for range 5 * election.DefaultLeaseDuration / retry {
+		w.tick(retry)
+		if got := w.oneLeader(cs...); got != leader {
+			t.Fatalf("leadership moved from %s to %s while it renewed", leader.id, got.id)
 		}
-		return false, nil, nil
-	})
-	ctx := context.Background()
-	l, err := client.CoordinationV1().Leases(ns).Get(ctx, election.DefaultLeaseName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
 	}
-	l.Spec.HolderIdentity = ptr.To("thief")
-	l.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
-	l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-	if _, err := client.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	l := w.lease()
+	if !l.Spec.RenewTime.Time.After(first.Spec.RenewTime.Time) || !l.Spec.AcquireTime.Time.Equal(first.Spec.AcquireTime.Time) {
+		t.Errorf("renewal: renewTime %v -> %v, acquireTime %v -> %v", first.Spec.RenewTime, l.Spec.RenewTime, first.Spec.AcquireTime, l.Spec.AcquireTime)
 	}
-	stolen.Store(true)
-	kubetest.Eventually(t, "ca-0 stops leading", func() bool { return a.running.Load() == 0 && !a.e.IsLeader() })
-	kubetest.Eventually(t, "ca-0 sees the thief", func() bool { return a.e.Leader() == "thief" })
+	if got := ptr.Deref(l.Spec.LeaseTransitions, -1); got != 0 {
+		t.Errorf("leaseTransitions = %d, want 0", got)
+	}
+	if got := ptr.Deref(l.Spec.LeaseDurationSeconds, 0); got != 15 {
+		t.Errorf("leaseDurationSeconds = %d, want 15", got)
+	}
+	for _, c := range cs {
+		if got := c.e.Leader(); got != leader.id {
+			t.Errorf("%s: Leader() = %q, want %q", c.id, got, leader.id)
+		}
+		want := 0.0
+		if c == leader {
+			want = 1
+		}
+		if got := testkit.Metric(t, c.reg, "meshid_ca_leader"); got != want {
+			t.Errorf("%s: meshid_ca_leader = %v, want %v", c.id, got, want)
+		}
+	}
+	if leader.terms.Load() != 1 {
+		t.Errorf("leader started Lead %d times, want 1", leader.terms.Load())
+	}
+}
 
-	// The Lease goes away: ca-0 campaigns again and leads a second term.
-	stolen.Store(false)
-	if err := client.CoordinationV1().Leases(ns).Delete(ctx, election.DefaultLeaseName, metav1.DeleteOptions{}); err != nil {
+// Stopping the leader waits for its Lead, then clears the holder: the
+// follower takes over at its next attempt, long before the Lease would
+// have expired.
+func TestReleaseOnCancel(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.candidate("ca-0"), w.candidate("ca-1")
+	w.start(a)
+	w.start(b)
+	w.oneLeader(a, b)
+	w.stop(a)
+	if a.running.Load() != 0 || a.e.IsLeader() || testkit.Metric(t, a.reg, "meshid_ca_leader") != 0 {
+		t.Fatal("ca-0 still leads after Run returned")
+	}
+	if h := w.lease().Spec.HolderIdentity; h != nil {
+		t.Fatalf("holder after release = %q, want none", *h)
+	}
+	w.tick(retry)
+	if got := w.oneLeader(a, b); got != b {
+		t.Fatalf("leader %s, want ca-1", got.id)
+	}
+	if got := ptr.Deref(w.lease().Spec.LeaseTransitions, -1); got != 1 {
+		t.Errorf("leaseTransitions = %d, want 1", got)
+	}
+}
+
+// A holder that stopped (crashed, no release) keeps the Lease for its
+// leaseDurationSeconds from when the candidate first saw it unchanged.
+func TestExpiredLeaseTakenOver(t *testing.T) {
+	w := newWorld(t)
+	w.putLease(held("ghost", 15, t0))
+	c := w.candidate("ca-0")
+	w.start(c)
+	for w.clk.Now().Before(t0.Add(15 * time.Second)) {
+		if c.e.IsLeader() || c.e.Leader() != "ghost" {
+			t.Fatalf("at %v: leader %v, Leader() = %q; want ghost's Lease respected", w.clk.Now().Sub(t0), c.e.IsLeader(), c.e.Leader())
+		}
+		w.tick(retry / 2)
+	}
+	w.tick(retry)
+	w.oneLeader(c)
+	l := w.lease()
+	if got := ptr.Deref(l.Spec.LeaseTransitions, -1); got != 1 {
+		t.Errorf("leaseTransitions = %d, want 1", got)
+	}
+	if !l.Spec.AcquireTime.Time.After(t0) {
+		t.Errorf("acquireTime %v not set on takeover", l.Spec.AcquireTime)
+	}
+}
+
+// The candidate's own clock decides expiry, not the renewTime another
+// machine wrote: a renewTime in the far future does not extend the Lease,
+// and the holder's long leaseDurationSeconds is honoured, not the
+// candidate's shorter one.
+func TestHeldLeaseRespected(t *testing.T) {
+	w := newWorld(t)
+	w.putLease(held("other", 3600, t0.Add(365*24*time.Hour)))
+	c := w.candidate("ca-0")
+	w.start(c)
+	for range 10 {
+		w.tick(election.DefaultLeaseDuration)
+		if c.e.IsLeader() {
+			t.Fatalf("took other's Lease after %v of its 1h", w.clk.Now().Sub(t0))
+		}
+	}
+	w.clk.Set(t0.Add(time.Hour))
+	w.settle()
+	w.tick(retry)
+	w.oneLeader(c)
+}
+
+// A leader cut off from the API server stops leading (Lead's context is
+// cancelled) once RenewDeadline has passed since its last renewal, and
+// before the follower may take the Lease: never two leaders.
+func TestStepsDownWhenItCannotRenew(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.candidate("ca-0"), w.candidate("ca-1")
+	w.start(a)
+	w.start(b)
+	w.oneLeader(a, b)
+	a.cut.Store(true)
+	cutAt := w.clk.Now()
+	var steppedDown, tookOver time.Duration
+	for w.clk.Now().Before(cutAt.Add(time.Minute)) && tookOver == 0 {
+		w.tick(retry / 4)
+		ids := w.leaders(a, b)
+		if len(ids) > 1 {
+			t.Fatalf("at %v after the cut: two leaders", w.clk.Now().Sub(cutAt))
+		}
+		if steppedDown == 0 && !a.e.IsLeader() {
+			steppedDown = w.clk.Now().Sub(cutAt)
+		}
+		if b.e.IsLeader() {
+			tookOver = w.clk.Now().Sub(cutAt)
+		}
+	}
+	// ca-0 last renewed at most a retry before the cut.
+	if steppedDown == 0 || steppedDown > election.DefaultRenewDeadline || steppedDown < election.DefaultRenewDeadline-retry {
+		t.Errorf("ca-0 stepped down %v after the cut, want within the renew deadline %v", steppedDown, election.DefaultRenewDeadline)
+	}
+	if tookOver == 0 || tookOver <= steppedDown {
+		t.Errorf("ca-1 took over %v after the cut, ca-0 stepped down after %v", tookOver, steppedDown)
+	}
+	if a.running.Load() != 0 {
+		t.Error("ca-0's Lead still runs")
+	}
+	// Reconnected, ca-0 follows.
+	a.cut.Store(false)
+	w.tick(retry)
+	if got := w.oneLeader(a, b); got != b || a.e.Leader() != "ca-1" {
+		t.Errorf("after reconnecting: leader %s, ca-0 sees %q", got.id, a.e.Leader())
+	}
+}
+
+// A renewal that fails now and then, within the renew deadline, does not
+// interrupt Lead.
+func TestTransientRenewFailureKeepsLeading(t *testing.T) {
+	w := newWorld(t)
+	a := w.candidate("ca-0")
+	w.start(a)
+	w.oneLeader(a)
+	for range 10 {
+		a.cut.Store(true)
+		w.tick(retry)
+		w.tick(retry)
+		a.cut.Store(false)
+		w.tick(retry)
+	}
+	w.oneLeader(a)
+	if a.terms.Load() != 1 {
+		t.Errorf("Lead started %d times, want 1", a.terms.Load())
+	}
+}
+
+// Someone else takes the Lease: the leader's next renewal conflicts, it
+// reads the new holder and stops at once, not at its renew deadline; when
+// the Lease is gone it leads a second term, never two at once.
+func TestLeadStopsWhenTheLeaseIsTaken(t *testing.T) {
+	w := newWorld(t)
+	a := w.candidate("ca-0")
+	w.start(a)
+	w.oneLeader(a)
+	w.putLease(held("thief", 3600, w.clk.Now()))
+	w.tick(retry)
+	if ids := w.leaders(a); len(ids) != 0 || a.e.Leader() != "thief" {
+		t.Fatalf("leaders %v, Leader() %q after the Lease was taken", ids, a.e.Leader())
+	}
+	if err := w.client.CoordinationV1().Leases(ns).Delete(context.Background(), election.DefaultLeaseName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	kubetest.Eventually(t, "ca-0 leads again", func() bool { return a.terms.Load() == 2 && a.running.Load() == 1 })
-	if a.overlap.Load() {
-		t.Error("two Lead calls ran at once")
+	w.tick(retry)
+	w.oneLeader(a)
+	if a.terms.Load() != 2 {
+		t.Errorf("Lead started %d times, want 2", a.terms.Load())
+	}
+}
+
+// Candidates that saw the same expired Lease all write it at the same
+// instant; the resourceVersion lets exactly one through, every time.
+func TestConflictingWritesElectOne(t *testing.T) {
+	w := newWorld(t)
+	var cs []*candidate
+	for i := range 5 {
+		cs = append(cs, w.candidate(fmt.Sprintf("ca-%d", i)))
+	}
+	w.putLease(held("ghost", 15, t0))
+	w.start(cs...)
+	for round := range 5 {
+		// Every candidate wakes at once to an expired Lease, and all read
+		// it before any writes.
+		w.gate.arm(len(cs))
+		w.tick(election.DefaultLeaseDuration)
+		w.gate.disarm()
+		leader := w.oneLeader(cs...)
+		if got := ptr.Deref(w.lease().Spec.LeaseTransitions, -1); got != 1 { // the ghost wrote 0
+			t.Errorf("round %d: leaseTransitions = %d, want 1", round, got)
+		}
+		// The leader hangs (cut off, no release), and the others all
+		// wait out the same Lease.
+		leader.cut.Store(true)
+		w.tick(election.DefaultRenewDeadline)
+		if leader.e.IsLeader() {
+			t.Fatalf("round %d: %s leads cut off for the renew deadline", round, leader.id)
+		}
+		w.stop(leader)
+		cs = removeCandidate(cs, leader)
+		w.putLease(held("ghost", 15, w.clk.Now()))
+		w.tick(retry) // each sees the ghost's new version
+		if len(w.leaders(cs...)) != 0 {
+			t.Fatal("the ghost's fresh Lease was taken")
+		}
+		if len(cs) == 1 {
+			break
+		}
+	}
+}
+
+func removeCandidate(cs []*candidate, c *candidate) []*candidate {
+	var out []*candidate
+	for _, x := range cs {
+		if x != c {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Malformed Leases, as a buggy tool or an attacker with write access to
+// the Lease could leave them, neither crash a candidate nor let it take a
+// Lease sooner than a valid one: with no holder it is free; with a holder
+// but no usable duration the holder gets the candidate's own.
+func TestMalformedLease(t *testing.T) {
+	tests := []struct {
+		name        string
+		spec        coordinationv1.LeaseSpec
+		takenAfter  time.Duration // 0: at the first attempt
+		transitions int32
+	}{
+		{"empty spec", coordinationv1.LeaseSpec{}, 0, 0},
+		{"empty holder", coordinationv1.LeaseSpec{HolderIdentity: ptr.To(""), LeaseDurationSeconds: ptr.To[int32](3600)}, 0, 0},
+		{"holder, no duration", coordinationv1.LeaseSpec{HolderIdentity: ptr.To("x")}, election.DefaultLeaseDuration, 0},
+		{"zero duration", coordinationv1.LeaseSpec{HolderIdentity: ptr.To("x"), LeaseDurationSeconds: ptr.To[int32](0)}, election.DefaultLeaseDuration, 0},
+		{"negative duration", coordinationv1.LeaseSpec{HolderIdentity: ptr.To("x"), LeaseDurationSeconds: ptr.To[int32](-5)}, election.DefaultLeaseDuration, 0},
+		{"negative transitions", func() coordinationv1.LeaseSpec {
+			s := held("x", 1, t0)
+			s.LeaseTransitions = ptr.To[int32](-7)
+			return s
+		}(), 2 * time.Second, 0},
+		{"transitions at the int32 limit", func() coordinationv1.LeaseSpec {
+			s := held("x", 1, t0)
+			s.LeaseTransitions = ptr.To[int32](math.MaxInt32)
+			return s
+		}(), 2 * time.Second, math.MaxInt32},
+		{"renew time in the past, no acquire time", coordinationv1.LeaseSpec{HolderIdentity: ptr.To("x"), LeaseDurationSeconds: ptr.To[int32](4), RenewTime: &metav1.MicroTime{Time: t0.Add(-24 * time.Hour)}, LeaseTransitions: ptr.To[int32](3)}, 4 * time.Second, 4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.putLease(tc.spec)
+			c := w.candidate("ca-0")
+			w.start(c)
+			for w.clk.Now().Before(t0.Add(tc.takenAfter)) {
+				if c.e.IsLeader() {
+					t.Fatalf("took the Lease after %v, want %v", w.clk.Now().Sub(t0), tc.takenAfter)
+				}
+				w.tick(time.Second)
+			}
+			w.tick(retry)
+			w.oneLeader(c)
+			l := w.lease()
+			if got := ptr.Deref(l.Spec.LeaseTransitions, -1); got != tc.transitions {
+				t.Errorf("leaseTransitions = %d, want %d", got, tc.transitions)
+			}
+			if l.Spec.AcquireTime == nil || l.Spec.RenewTime == nil || ptr.Deref(l.Spec.LeaseDurationSeconds, 0) != 15 {
+				t.Errorf("taken Lease not repaired: %+v", l.Spec)
+			}
+		})
 	}
 }
 
@@ -188,6 +657,11 @@ func TestNewValidates(t *testing.T) {
 		{"no lead", func(c *election.Config) { c.Lead = nil }},
 		{"renew deadline not below lease", func(c *election.Config) { c.LeaseDuration, c.RenewDeadline = time.Second, time.Second }},
 		{"retry too long for renew", func(c *election.Config) { c.RetryPeriod = 9 * time.Second }},
+		{"negative retry", func(c *election.Config) { c.RetryPeriod = -time.Second }},
+		{"negative renew deadline", func(c *election.Config) { c.RenewDeadline = -time.Second }},
+		{"lease under a second", func(c *election.Config) {
+			c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 900*time.Millisecond, 500*time.Millisecond, 100*time.Millisecond
+		}},
 	}
 	if _, err := election.New(ok); err != nil {
 		t.Fatalf("valid config: %v", err)
@@ -201,9 +675,4 @@ func TestNewValidates(t *testing.T) {
 			}
 		})
 	}
-}
-
-func gauge(t *testing.T, g prometheus.Gatherer) float64 {
-	t.Helper()
-	return testkit.Metric(t, g, "meshid_ca_leader")
 }

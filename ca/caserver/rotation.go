@@ -31,7 +31,6 @@ func (s *Server) newRotation(ctx context.Context, b, next *keystore.Bundle) (*ro
 	var kubeState *kubeRotationState
 	if cfg.KubeCASecret && s.kube != nil {
 		t.publish = s.kube.ctrl.PublishRoots
-		t.publish(b.Roots)
 		kubeState = s.kube.rotationState(cfg, s.kc.controllers)
 	}
 	var retiring []*x509.Certificate
@@ -75,6 +74,9 @@ func (s *Server) newRotation(ctx context.Context, b, next *keystore.Bundle) (*ro
 	}
 	if kubeState != nil {
 		kubeState.restore(ctx, r)
+		// Published once restored: a restarted leader never publishes
+		// the Secret's roots alone while old ones are still trusted.
+		t.publish(s.authority.Bundle().Roots)
 	} else {
 		file.restore(r)
 	}

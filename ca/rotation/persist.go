@@ -1,6 +1,7 @@
 package rotation
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -165,6 +166,12 @@ func (r *Rotation) startLocked() error {
 // still trusts is trusted here as well. A record that cannot be vouched for
 // is refused with a log, and the replica keeps its own clock.
 func (r *Rotation) Follow(data []byte) error {
+	r.mu.Lock()
+	same := r.shared != nil && bytes.Equal(data, r.sharedData)
+	r.mu.Unlock()
+	if same {
+		return nil // a watch replaying the record: taken already
+	}
 	now := r.clock.Now()
 	rec, err := parseRecord(data, now)
 	if err != nil {
@@ -173,7 +180,7 @@ func (r *Rotation) Follow(data []byte) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.shared = rec
+	r.shared, r.sharedData = rec, bytes.Clone(data)
 	ns, changed := r.adoptLocked(r.st, now)
 	if !changed {
 		return nil

@@ -373,6 +373,19 @@ func TestFollowSharesTheLeadersClock(t *testing.T) {
 		t.Fatalf("Follow of a bad record: %v", err)
 	}
 	wantRoots(t, fresh, []string{"new root", "old root"})
+
+	// The same record 10,000 times (a watch replaying it): no step, no
+	// change of the bundle.
+	before := fresh.rot.Status()
+	bundle := fresh.auth.Bundle()
+	for range 10000 {
+		if err := fresh.rot.Follow(active); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := fresh.rot.Status(); after.Steps["followed"] != before.Steps["followed"] || !after.NextStepAt.Equal(before.NextStepAt) || fresh.auth.Bundle() != bundle {
+		t.Fatalf("a repeated record changed the rotation: steps %v -> %v", before.Steps, after.Steps)
+	}
 }
 
 // writerStore refuses to write (rotation.ErrNotWriter) until it becomes

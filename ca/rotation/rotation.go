@@ -112,7 +112,8 @@ type Rotation struct {
 	saveRetry time.Time
 	// shared is the last record Follow accepted: the leader's clock,
 	// which a CA prepared later on this replica adopts.
-	shared *record
+	shared     *record
+	sharedData []byte // shared as received, to skip a replay
 	// started is set once the Target holds the start's roots (startLocked).
 	started bool
 	// changed is closed, and replaced, at every change of the Status.

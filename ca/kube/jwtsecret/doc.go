@@ -9,7 +9,8 @@
 // P-256 private keys named by their thumbprint). Only the replica that
 // holds the Lease DefaultLeaseName writes: it creates the Secret, rotates
 // the Set when a key stops signing or a retired key leaves the bundle, and
-// replaces a Secret that does not parse. Its writes carry the
+// rewrites a Secret that was deleted or does not parse with the last good
+// keys it loaded (so tokens already issued keep validating). Its writes carry the
 // resourceVersion it read, so a former leader's late write fails with a
 // conflict instead of overwriting newer keys.
 //

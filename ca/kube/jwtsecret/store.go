@@ -275,16 +275,23 @@ func (s *Store) reconcile(ctx context.Context) (time.Duration, error) {
 	var cur *jwtkeys.Set
 	if sec != nil {
 		if cur, err = jwtkeys.Parse(sec.Data[DataKey]); err != nil {
-			s.log.Warn("replacing an invalid JWT signing key Secret with new keys", "error", err)
+			s.log.Warn("replacing an invalid JWT signing key Secret", "error", err)
 			cur = nil
 		}
+	}
+	last := cur
+	if cur == nil {
+		// Missing or invalid: write back the last good keys this replica
+		// loaded, so the tokens signed with them keep validating; new keys
+		// only when there are none.
+		cur = s.current.Load()
 	}
 	now := s.clock.Now()
 	next, changed, err := jwtkeys.Rotate(cur, now, s.cfg.Lifetime, s.cfg.TTL)
 	if err != nil {
 		return 0, err
 	}
-	if changed || sec == nil || cur == nil {
+	if changed || last == nil {
 		if err := s.write(ctx, sec, next); err != nil {
 			return 0, err
 		}

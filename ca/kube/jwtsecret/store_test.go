@@ -209,19 +209,42 @@ func TestNonLeaderNeverWritesAndKeepsGoodKeys(t *testing.T) {
 	}
 }
 
-// The leader replaces a Secret it cannot parse with new keys, and a write
-// from a stale read (a former leader) does not clobber newer keys.
-func TestLeaderReplacesAnInvalidSecret(t *testing.T) {
+// The leader replaces a Secret it cannot parse with new keys when it has
+// none, and with the keys it holds when an attacker (or an operator's
+// mistake) overwrites or deletes the Secret later, so tokens already issued
+// keep validating.
+func TestLeaderRepairsTheSecret(t *testing.T) {
 	client := fake.NewClientset(keySecret(t, []byte(`{"version":1,"keys":[{"jwk":{"kty":"oct","k":"c2VjcmV0"}}]}`)))
 	clk := clock.NewFake(time.Now())
 	r := start(t, client, clk, "ca-0")
 	kubetest.Eventually(t, "the leader writes valid keys over the invalid Secret", func() bool { return len(keyIDs(r)) == 2 })
-	sec, err := client.CoreV1().Secrets(ns).Get(context.Background(), jwtsecret.DefaultSecretName, metav1.GetOptions{})
-	if err != nil {
+	held := keyIDs(r)
+	secrets := client.CoreV1().Secrets(ns)
+	inSecret := func() []string {
+		sec, err := secrets.Get(context.Background(), jwtsecret.DefaultSecretName, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		set, err := jwtkeys.Parse(sec.Data[jwtsecret.DataKey])
+		if err != nil {
+			return nil
+		}
+		var out []string
+		for _, k := range set.Keys {
+			out = append(out, k.ID)
+		}
+		return out
+	}
+	if _, err := secrets.Update(context.Background(), keySecret(t, []byte("garbage")), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := jwtkeys.Parse(sec.Data[jwtsecret.DataKey]); err != nil {
-		t.Errorf("the repaired Secret: %v", err)
+	kubetest.Eventually(t, "the overwritten Secret holds the leader's keys again", func() bool { return slices.Equal(inSecret(), held) })
+	if err := secrets.Delete(context.Background(), jwtsecret.DefaultSecretName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, "the deleted Secret is back with the same keys", func() bool { return slices.Equal(inSecret(), held) })
+	if got := keyIDs(r); !slices.Equal(got, held) {
+		t.Errorf("the leader now holds %v, want %v", got, held)
 	}
 }
 

@@ -80,8 +80,8 @@ func crossValidates(ctx context.Context, from, to *caServer, token, audience str
 // a JWT-SVID minted by either validates against the bundle served by the
 // other: the replicas share their signing keys through the Secret the
 // leader of the meshid-jwt-keys Lease writes. Then, as an attacker with
-// write access to the Secret, it replaces the keys with garbage: no replica
-// loads it, and the leader writes valid keys over it.
+// write access to the Secret, it replaces the keys with a symmetric key: no
+// replica loads it, and the leader writes its keys back over it.
 func TestJWTKeysSharedByReplicas(t *testing.T) {
 	ctx := context.Background()
 	kubeconfig := deployRBAC(t)
@@ -133,12 +133,17 @@ func TestJWTKeysSharedByReplicas(t *testing.T) {
 	}
 
 	// The attacker's write: a symmetric key. Every replica keeps signing
-	// with keys the other trusts; the leader replaces the Secret.
+	// with keys the other trusts; the leader writes the keys it holds back,
+	// so tokens issued before keep validating.
+	early, err := a.mintJWT(ctx, token, "inventory")
+	if err != nil {
+		t.Fatal(err)
+	}
 	sec.Data = map[string][]byte{jwtsecret.DataKey: []byte(`{"version":1,"keys":[{"from":"2026-01-01T00:00:00Z","until":"2027-01-01T00:00:00Z","jwk":{"kty":"oct","k":"c2VjcmV0","kid":"x"}}]}`)}
 	if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, wait, "the leader writes valid keys over the attacker's", func(ctx context.Context) error {
+	eventually(t, wait, "the leader writes its keys back over the attacker's", func(ctx context.Context) error {
 		s, err := secrets.Get(ctx, jwtsecret.DefaultSecretName, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -147,8 +152,8 @@ func TestJWTKeysSharedByReplicas(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if after.Keys[0].ID == before.Keys[0].ID {
-			return errors.New("the Secret still holds the first keys")
+		if after.Keys[0].ID != before.Keys[0].ID {
+			return fmt.Errorf("the Secret holds key %s first, want the leader's %s back", after.Keys[0].ID, before.Keys[0].ID)
 		}
 		return nil
 	})
@@ -158,6 +163,11 @@ func TestJWTKeysSharedByReplicas(t *testing.T) {
 		}
 		return crossValidates(ctx, b, a, token, "payments")
 	})
+	if bundle, err := b.jwtBundle(ctx); err != nil {
+		t.Error(err)
+	} else if _, err := jwtsvid.ParseAndValidate(early, bundle, []string{"inventory"}); err != nil {
+		t.Errorf("a token issued before the attack: %v", err)
+	}
 	for name, r := range replicas {
 		if v, err := metricValue(r.monitor, "meshid_jwt_key_secret_loads_total", `result="invalid"`); err != nil || v < 1 {
 			t.Errorf("%s: invalid loads %v (%v), want at least 1", name, v, err)

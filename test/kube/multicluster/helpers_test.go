@@ -26,6 +26,7 @@ import (
 
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/jwtapi"
 	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/test/kube/harness"
 )
@@ -122,6 +123,7 @@ type ca struct {
 	srv    *caserver.Server
 	reg    *prometheus.Registry
 	client securityapi.IstioCertificateServiceClient
+	jwt    *jwtapi.Client
 	roots  []*x509.Certificate
 }
 
@@ -160,7 +162,7 @@ func startCA(t *testing.T, mod func(*caserver.Config)) *ca {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &ca{srv: s, reg: reg, client: securityapi.NewIstioCertificateServiceClient(conn), roots: roots}
+	return &ca{srv: s, reg: reg, client: securityapi.NewIstioCertificateServiceClient(conn), jwt: jwtapi.NewClient(conn), roots: roots}
 }
 
 // sign asks for a certificate of id with token, sending ClusterID=cluster

@@ -208,8 +208,9 @@ type Config struct {
 	GCPercent int
 	// MemoryLimit is the soft memory limit (GOMEMLIMIT) in bytes that Run
 	// sets; 0 leaves the runtime's (GOMEMLIMIT from the environment, else
-	// none). With the high default GCPercent, set it (or GOMEMLIMIT) to
-	// about 90% of the container's memory limit.
+	// none). deploy/ and the Helm chart set GOMEMLIMIT to the container's
+	// memory limit (downward API), which the high default GCPercent needs;
+	// no flag sets this field.
 	MemoryLimit int64
 
 	Clock  clock.Clock  // nil is the real clock

@@ -198,6 +198,7 @@ func TestLeafMatchesCreateCertificate(t *testing.T) {
 		{"ec-p256 CA, rsa-2048 leaf", rootBundle(t, certs.ECP256, t0), t0, certs.RSA2048},
 		{"ec-p384 CA, ed25519 leaf", intermediateBundle(t, certs.ECP384, t0), t0, certs.Ed25519},
 		{"rsa-3072 CA, ec-p384 leaf", rootBundle(t, certs.RSA3072, t0), t0, certs.ECP384},
+		{"rsa-4096 CA, ec-p256 leaf: a signature longer than the TBSCertificate", rootBundle(t, certs.RSA4096, t0), t0, certs.ECP256},
 		{"ec-p256 CA, NotAfter in 2050", rootBundle(t, certs.ECP256, late), late, certs.ECP256},
 		{"ec-p256 CA, NotBefore in 1950", rootBundle(t, certs.ECP256, early), early, certs.ECP256},
 	}

@@ -7,7 +7,9 @@
 // the CA's authenticated client), refreshed periodically and, rate
 // limited, when a token names an unknown key. A token of that issuer is
 // verified here: signature (identity.SignatureAlgorithms only), iss, aud,
-// exp, nbf and iat with the injected clock. Then what a TokenReview adds
+// exp, nbf and iat with the injected clock (the API server's own token
+// shape parsed by hand, compact.go, anything else by go-jose; the verdict
+// is the same either way). Then what a TokenReview adds
 // (k8s.io/kubernetes pkg/serviceaccount, validator.Validate): the service
 // account, and the pod or secret the token is bound to, exist with the
 // UIDs the token names and were not deleted more than a minute ago. Those

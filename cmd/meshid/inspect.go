@@ -75,7 +75,7 @@ Exit status: 0 all valid; 1 an input could not be read; 2 a usage error
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.sds, "sds", "", "fetch secrets from the SDS server on this Unix `socket`, as a proxy would")
-	fl.StringVar(&f.workloadAPI, "workload-api", "", "fetch the X.509-SVIDs and bundles of the SPIFFE Workload API on this Unix `socket`, as an application would")
+	fl.StringVar(&f.workloadAPI, "workload-api", "", "fetch the X.509-SVIDs, bundles and JWT bundles of the SPIFFE Workload API on this Unix `socket`, as an application would")
 	fl.StringSliceVar(&f.resources, "resource", nil, "SDS resource `name` to fetch (repeatable; default: default,ROOTCA)")
 	fl.StringVar(&f.roots, "roots", "", "verify chains against the trusted roots in this PEM `file`")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table, json or pem")
@@ -132,6 +132,7 @@ func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
 	}
 	if f.workloadAPI != "" {
 		cfg.Sources = append(cfg.Sources, inspect.WorkloadAPI(f.workloadAPI, f.timeout))
+		cfg.JWTSources = append(cfg.JWTSources, inspect.WorkloadAPIJWT(f.workloadAPI, f.timeout))
 	}
 	rep, err := inspect.Run(cmd.Context(), cfg)
 	if err != nil {

@@ -71,6 +71,8 @@ type Report struct {
 	Valid         bool      `json:"valid"`
 	ExpiresWithin string    `json:"expires_within,omitempty"`
 	Results       []Result  `json:"results"`
+	// JWTBundles are the keys of the JWT bundles read (--workload-api).
+	JWTBundles []JWTKey `json:"jwt_bundles,omitempty"`
 }
 
 // Result is one row: an input, its verdict and its details.

@@ -43,6 +43,9 @@ type Source func(ctx context.Context) ([]*Input, error)
 type Config struct {
 	// Sources are read first, in order (--sds, --pod).
 	Sources []Source
+	// JWTSources add JWT bundle keys to the report (--workload-api): a
+	// table of their own under the certificates', jwt_bundles in JSON.
+	JWTSources []JWTSource
 	// Paths are files, CA directories or "-" for Stdin. Empty with no
 	// Sources means "-" unless Stdin is an interactive terminal.
 	Paths []string
@@ -82,6 +85,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	PairKeys(inputs)
 	rep := Check(inputs, cfg.Options)
+	for _, src := range cfg.JWTSources {
+		keys, err := src(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rep.JWTBundles = append(rep.JWTBundles, keys...)
+	}
 	switch cfg.Format {
 	case FormatJSON:
 		err = WriteJSON(cfg.Out, rep)
@@ -89,6 +99,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		err = WritePEM(cfg.Out, inputs)
 	default:
 		err = WriteTableStyle(cfg.Out, rep, TableStyle{Verbose: cfg.Verbose, Terminal: cfg.Terminal})
+		if err == nil && len(rep.JWTBundles) > 0 {
+			if _, err = io.WriteString(cfg.Out, "\n"); err == nil {
+				err = WriteJWTKeys(cfg.Out, rep.JWTBundles)
+			}
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("inspect: write: %v", err)

@@ -18,6 +18,12 @@ func WorkloadAPI(socket string, timeout time.Duration) Source {
 	return func(ctx context.Context) ([]*Input, error) { return FetchWorkloadAPI(ctx, socket, timeout) }
 }
 
+// WorkloadAPIJWT is the JWTSource of `meshid inspect --workload-api`: the
+// JWT bundle keys FetchWorkloadAPIJWTBundles reads from the socket.
+func WorkloadAPIJWT(socket string, timeout time.Duration) JWTSource {
+	return func(ctx context.Context) ([]JWTKey, error) { return FetchWorkloadAPIJWTBundles(ctx, socket, timeout) }
+}
+
 // FetchWorkloadAPI reads what the SPIFFE Workload API on the Unix socket
 // serves an application, with go-spiffe's own client (so it works against
 // meshid's agent and SPIRE alike): each X.509-SVID as a chain with its key,

@@ -11,8 +11,6 @@ import (
 
 	"github.com/meshid/meshid/internal/inspect"
 	"github.com/meshid/meshid/internal/testkit"
-	"github.com/meshid/meshid/sds/secretcache"
-	"github.com/meshid/meshid/sds/workloadapi"
 )
 
 // TestFetchWorkloadAPI reads a real Workload API server (sds/workloadapi
@@ -22,19 +20,7 @@ import (
 func TestFetchWorkloadAPI(t *testing.T) {
 	td := spiffeid.RequireTrustDomainFromString("cluster.local")
 	id := spiffeid.RequireFromPath(td, "/ns/shop/sa/cart")
-	m, err := secretcache.New(secretcache.Config{Signer: testkit.AuthoritySigner{Authority: testkit.NewAuthority(t, td, nil, nil)}, ID: id})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(testkit.ShortDir(t), "wl.sock")
-	srv, err := workloadapi.New(workloadapi.Config{Source: m, SocketPath: sock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	testkit.Run(t, "workload api", m.Run, srv.Run)
+	sock := workloadAPI(t, td, nil)
 
 	inputs, err := inspect.FetchWorkloadAPI(t.Context(), sock, testkit.Guard)
 	if err != nil {

@@ -70,6 +70,10 @@ func keyIDs(r *replica) []string {
 	if err != nil {
 		return nil
 	}
+	return setIDs(set)
+}
+
+func setIDs(set *jwtkeys.Set) []string {
 	var out []string
 	for _, k := range set.Keys {
 		out = append(out, k.ID)
@@ -229,11 +233,7 @@ func TestLeaderRepairsTheSecret(t *testing.T) {
 		if err != nil {
 			return nil
 		}
-		var out []string
-		for _, k := range set.Keys {
-			out = append(out, k.ID)
-		}
-		return out
+		return setIDs(set)
 	}
 	if _, err := secrets.Update(context.Background(), keySecret(t, []byte("garbage")), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -520,6 +521,15 @@ func TestLocalVerificationRBAC(t *testing.T) {
 	if len(applied) != 2 {
 		t.Fatalf("deploy/%s holds %v, want a ClusterRole and its binding", localVerificationDir, applied)
 	}
+	// The API server's RBAC authorizer sees a new binding through its own
+	// informers, a few milliseconds after the create returned: wait for the
+	// first grant before judging the rest, so the lag is not read as a denial.
+	eventually(t, 30*time.Second, "the local-verification ClusterRoleBinding seen by the authorizer", func(context.Context) error {
+		if !canI(t, "list", "pods") {
+			return errors.New("list pods not allowed yet")
+		}
+		return nil
+	})
 	for _, r := range []struct {
 		verb, resource string
 		allow          bool

@@ -70,6 +70,11 @@ func keyIDs(r *replica) []string {
 	if err != nil {
 		return nil
 	}
+	return setIDs(set)
+}
+
+// setIDs lists the key IDs of set, in order.
+func setIDs(set *jwtkeys.Set) []string {
 	var out []string
 	for _, k := range set.Keys {
 		out = append(out, k.ID)
@@ -229,11 +234,7 @@ func TestLeaderRepairsTheSecret(t *testing.T) {
 		if err != nil {
 			return nil
 		}
-		var out []string
-		for _, k := range set.Keys {
-			out = append(out, k.ID)
-		}
-		return out
+		return setIDs(set)
 	}
 	if _, err := secrets.Update(context.Background(), keySecret(t, []byte("garbage")), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

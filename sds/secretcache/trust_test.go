@@ -31,12 +31,7 @@ func TestRootsUnionWithRootFile(t *testing.T) {
 		c.OnRoots = func(r []*x509.Certificate) { mu.Lock(); hooked = append(hooked, r); mu.Unlock() }
 	})
 	caRoot := f.ca.currentRoot()
-	write := func(data []byte) {
-		t.Helper()
-		if err := certs.WriteFileAtomic(file, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(data []byte) { t.Helper(); writeFile(t, file, data) }
 	write(certs.EncodeCertificates(caRoot))
 	f.run(t)
 	roots := watch(t, f.m, secretcache.RootName)
@@ -113,10 +108,8 @@ func TestRootFileRefusedKeepsRoots(t *testing.T) {
 	caRoot := f.ca.currentRoot()
 	write := func(data []byte) {
 		t.Helper()
-		os.Remove(file)
-		if err := certs.WriteFileAtomic(file, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		os.Remove(file) // it may be the symlink to the system bundle
+		writeFile(t, file, data)
 	}
 	write(certs.EncodeCertificates(caRoot))
 	f.run(t)

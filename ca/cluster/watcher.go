@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshid/meshid/ca/kubeclient"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // LabelMultiCluster marks a remote secret (value "true"), as Istio's
@@ -68,9 +69,7 @@ func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
 	case cfg.MaxKubeconfigSize < 0:
 		return nil, errors.New("cluster: negative MaxKubeconfigSize")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	factory := kubeclient.NewInformerFactory(cfg.Client, 0,
 		kubeclient.WithNamespace(cfg.Namespace),
 		kubeclient.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelMultiCluster + "=true" }))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/rootfile"
 	"github.com/meshid/meshid/sds/secretcache"
 )
@@ -47,12 +48,7 @@ func TestRootsUnionWithRootFile(t *testing.T) {
 	write(certs.EncodeCertificates(caRoot, next))
 	tick := func() {
 		t.Helper()
-		stop := make(chan struct{})
-		tm := time.AfterFunc(20*time.Second, func() { close(stop) })
-		defer tm.Stop()
-		if !f.clock.WaitForWaiters(2, stop) { // the renewal and the refresh
-			t.Fatal("the refresh did not wait on the clock")
-		}
+		testkit.WaitForTimers(t, f.clock, 2, "the renewal and the refresh")
 		f.clock.Add(refresh)
 	}
 	tick()
@@ -120,12 +116,7 @@ func TestRootFileRefusedKeepsRoots(t *testing.T) {
 	receive(t, roots, "first ROOTCA")
 	tick := func() {
 		t.Helper()
-		stop := make(chan struct{})
-		tm := time.AfterFunc(20*time.Second, func() { close(stop) })
-		defer tm.Stop()
-		if !f.clock.WaitForWaiters(2, stop) { // the renewal and the refresh
-			t.Fatal("the refresh did not wait on the clock")
-		}
+		testkit.WaitForTimers(t, f.clock, 2, "the renewal and the refresh")
 		f.clock.Add(refresh)
 	}
 	many := []*x509.Certificate{caRoot}

@@ -21,6 +21,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // Defaults, as in Istio (DEFAULT_WORKLOAD_CERT_TTL, MAX_WORKLOAD_CERT_TTL).
@@ -114,10 +115,7 @@ func New(cfg Config) (*Authority, error) {
 		skew:       cfg.ClockSkew,
 		capToToken: cfg.CapTTLToToken,
 		clock:      clock.OrReal(cfg.Clock),
-		log:        cfg.Logger,
-	}
-	if a.log == nil {
-		a.log = slog.New(slog.DiscardHandler)
+		log:        logs.OrDiscard(cfg.Logger),
 	}
 	if err := a.SetBundle(cfg.Bundle); err != nil {
 		return nil, err

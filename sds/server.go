@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/unixsock"
 	"github.com/meshid/meshid/sds/secretcache"
 )
@@ -108,10 +109,7 @@ func New(cfg Config) (*Server, error) {
 	maxNames = cmp.Or(maxNames, DefaultMaxResourceNames)
 	shutdown := cfg.ShutdownTimeout
 	shutdown = cmp.Or(shutdown, DefaultShutdownTimeout)
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := logs.OrDiscard(cfg.Logger)
 	log = log.With("component", "sds")
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // Defaults.
@@ -141,9 +142,7 @@ func New(cfg Config) (*Loader, error) {
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
 	cfg.ProgressInterval = cmp.Or(cfg.ProgressInterval, DefaultProgressInterval)
 	l := &Loader{cfg: cfg, clock: clock.OrReal(cfg.Clock), log: cfg.Logger}
-	if l.log == nil {
-		l.log = slog.New(slog.DiscardHandler)
-	}
+	l.log = logs.OrDiscard(l.log)
 	if cfg.ClusterID != "" {
 		l.meta = &structpb.Struct{Fields: map[string]*structpb.Value{"ClusterID": structpb.NewStringValue(cfg.ClusterID)}}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshid/meshid/bench/latency"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // Defaults.
@@ -149,9 +150,7 @@ func New(cfg Config) (*Loader, error) {
 		return nil, fmt.Errorf("sdsload: socket: %w", err)
 	}
 	l := &Loader{cfg: cfg, clock: clock.OrReal(cfg.Clock), log: cfg.Logger, names: names, cert: cert, addr: "unix://" + abs}
-	if l.log == nil {
-		l.log = slog.New(slog.DiscardHandler)
-	}
+	l.log = logs.OrDiscard(l.log)
 	return l, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/meshid/meshid/ca/rotation"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/unixsock"
 )
 
@@ -62,9 +63,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("admin: negative MaxConnections")
 	}
 	cfg.MaxConnections = cmp.Or(cfg.MaxConnections, DefaultMaxConnections)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "admin", "socket", cfg.Socket)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/status", s.handle(http.MethodGet, func(r *rotation.Rotation) (any, error) { return StatusOf(r.Status()), nil }))

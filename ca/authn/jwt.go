@@ -20,6 +20,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/metric"
 )
 
@@ -144,9 +145,7 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 	}
 	cfg.CacheSize = cmp.Or(cfg.CacheSize, DefaultCacheSize)
 	cfg.CacheTTL = cmp.Or(max(cfg.CacheTTL, 0), DefaultCacheTTL)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	j := &JWT{
 		issuer:      cfg.Issuer,
 		audiences:   slices.Clone(cfg.Audiences),

@@ -18,6 +18,7 @@ import (
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/metric"
 )
 
@@ -113,9 +114,7 @@ func NewTokenReview(cfg TokenReviewConfig) (*TokenReview, error) {
 	cfg.CacheTTL = cmp.Or(max(cfg.CacheTTL, 0), DefaultCacheTTL)
 	cfg.NegativeCacheTTL = cmp.Or(cfg.NegativeCacheTTL, DefaultNegativeCacheTTL)
 	cfg.Timeout = cmp.Or(max(cfg.Timeout, 0), DefaultReviewTimeout)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	clk := clock.OrReal(cfg.Clock)
 	t := &TokenReview{
 		client:    cfg.Client,

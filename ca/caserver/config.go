@@ -23,6 +23,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/monitor"
 )
 
@@ -276,9 +277,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.PodName = h
 	}
 	cfg.Clock = clock.OrReal(cfg.Clock)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	var ok bool
 	cfg.Registerer, cfg.Gatherer, ok = monitor.Registry(cfg.Registerer, cfg.Gatherer)
 	if !ok && cfg.MonitoringListen != "" {

@@ -22,6 +22,7 @@ import (
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // Defaults of Config.
@@ -136,9 +137,7 @@ func New(cfg Config) (*Router, error) {
 		return nil, fmt.Errorf("cluster: %d remote kubeconfigs, more than the %d clusters allowed", len(cfg.Kubeconfigs), cfg.MaxClusters)
 	}
 	cfg.Clock = clock.OrReal(cfg.Clock)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	m, err := newMetrics(cfg.Registerer, cfg.LocalID)
 	if err != nil {
 		return nil, err

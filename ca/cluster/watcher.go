@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshid/meshid/ca/kubeclient"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // LabelMultiCluster marks a remote secret (value "true"), as Istio's
@@ -68,9 +69,7 @@ func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
 	case cfg.MaxKubeconfigSize < 0:
 		return nil, errors.New("cluster: negative MaxKubeconfigSize")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	factory := kubeclient.NewInformerFactory(cfg.Client, 0,
 		kubeclient.WithNamespace(cfg.Namespace),
 		kubeclient.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelMultiCluster + "=true" }))
@@ -103,19 +102,40 @@ func (w *Watcher) HasSynced() bool { return w.informer.HasSynced() }
 // ownerOf is a secret's owner name in the Router.
 func ownerOf(s *corev1.Secret) string { return "secret " + s.Namespace + "/" + s.Name }
 
-func (w *Watcher) onSecret(obj any) {
-	s, ok := obj.(*corev1.Secret)
-	if !ok {
-		return
+// secretOf is the Secret an informer handler was given, unwrapping the
+// tombstone a missed delete arrives as.
+func secretOf(obj any) (*corev1.Secret, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
 	}
+	s, ok := obj.(*corev1.Secret)
+	return s, ok
+}
+
+func (w *Watcher) onSecret(obj any) {
+	if s, ok := secretOf(obj); ok {
+		w.sync(s, s.Data)
+	}
+}
+
+// onDelete syncs the deleted Secret as holding no keys: every cluster it
+// owned is removed.
+func (w *Watcher) onDelete(obj any) {
+	if s, ok := secretOf(obj); ok {
+		w.sync(s, nil)
+	}
+}
+
+// sync makes the clusters Secret s owns those configured by data.
+func (w *Watcher) sync(s *corev1.Secret, data map[string][]byte) {
 	owner := ownerOf(s)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	prev := w.owned[owner]
 	next := map[string][32]byte{}
-	for _, id := range slices.Sorted(maps.Keys(s.Data)) {
+	for _, id := range slices.Sorted(maps.Keys(data)) {
 		log := w.log.With("secret", s.Namespace+"/"+s.Name, "key", clip(id))
-		if sum, ok := w.apply(log, owner, id, s.Data[id], prev); ok {
+		if sum, ok := w.apply(log, owner, id, data[id], prev); ok {
 			next[id] = sum
 		}
 	}
@@ -160,21 +180,4 @@ func (w *Watcher) apply(log *slog.Logger, owner, id string, data []byte, prev ma
 		return sum, false
 	}
 	return sum, true
-}
-
-func (w *Watcher) onDelete(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	s, ok := obj.(*corev1.Secret)
-	if !ok {
-		return
-	}
-	owner := ownerOf(s)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for id := range w.owned[owner] {
-		w.cfg.Router.Remove(id, owner)
-	}
-	delete(w.owned, owner)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // FileName is the Local store's file in its directory.
@@ -55,9 +56,7 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 		return nil, err
 	}
 	l := &Local{lifetime: lifetime, ttl: cfg.TTL, clock: clock.OrReal(cfg.Clock), log: cfg.Logger}
-	if l.log == nil {
-		l.log = slog.New(slog.DiscardHandler)
-	}
+	l.log = logs.OrDiscard(l.log)
 	if cfg.Dir != "" {
 		l.path = filepath.Join(cfg.Dir, FileName)
 		b, err := os.ReadFile(l.path)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // DefaultDirReloadDelay is how long a DirWatcher waits after the first
@@ -88,9 +89,7 @@ func NewDirWatcher(cfg DirWatcherConfig) (*DirWatcher, error) {
 		cfg.ReloadDelay = DefaultDirReloadDelay
 	}
 	cfg.Clock = clock.OrReal(cfg.Clock)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	w := &DirWatcher{
 		cfg: cfg,
 		log: cfg.Logger.With("dir", cfg.Dir),

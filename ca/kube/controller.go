@@ -22,6 +22,7 @@ import (
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // RootSource holds the CA's current bundle; *ca.Authority is one.
@@ -104,10 +105,7 @@ type Controller struct {
 
 // New validates cfg and builds the Controller. It starts nothing.
 func New(cfg Config) (*Controller, error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := logs.OrDiscard(cfg.Logger)
 	if cfg.RootPollInterval < 0 {
 		return nil, fmt.Errorf("kube: negative root poll interval %s", cfg.RootPollInterval)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/identity"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // DefaultLookupTimeout bounds one direct read of the API server, made only
@@ -88,9 +89,7 @@ func New(cfg Config) (*Authorizer, error) {
 		return nil, fmt.Errorf("nodeauth: negative lookup timeout %s", cfg.LookupTimeout)
 	}
 	cfg.LookupTimeout = cmp.Or(cfg.LookupTimeout, DefaultLookupTimeout)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	trusted := make(map[identity.ServiceAccount]bool, len(cfg.TrustedAccounts))
 	for _, sa := range cfg.TrustedAccounts {
 		if _, err := sa.ID(cfg.TrustDomain); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // Defaults of a Config.
@@ -149,9 +150,7 @@ func New(cfg Config) (*Rotation, error) {
 		cfg.RootRotationThreshold = DefaultRootRotationThreshold
 	}
 	cfg.Clock = clock.OrReal(cfg.Clock)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	if cfg.Check == nil {
 		cfg.Check = func(b *keystore.Bundle) error { return b.Validate(cfg.Clock.Now()) }
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/jwtapi"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // Limits and defaults of the gRPC endpoint.
@@ -174,9 +175,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxTokenSize < 0 || cfg.MaxTokenSize > authn.MaxTokenSize {
 		return nil, fmt.Errorf("server: token size limit %d is not within 1 to %d bytes", cfg.MaxTokenSize, authn.MaxTokenSize)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	clk := clock.OrReal(cfg.Clock)
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/monitor"
 	"github.com/meshid/meshid/sds/agent"
 )
@@ -65,7 +66,7 @@ func New(cfg Config) (*Stack, error) {
 	cfg.StateDir = cmp.Or(cfg.StateDir, DefaultStateDir)
 	cfg.SDSSocket = cmp.Or(cfg.SDSSocket, filepath.Join(cfg.StateDir, SDSSocket))
 	cfg.Clock = clock.OrReal(cfg.Clock)
-	s := &Stack{cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), tokenFile: filepath.Join(cfg.StateDir, TokenFile)}
+	s := &Stack{cfg: cfg, log: logs.OrDiscard(cfg.Logger), tokenFile: filepath.Join(cfg.StateDir, TokenFile)}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--state-dir: %w", err)
 	}

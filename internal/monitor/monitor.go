@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -94,10 +95,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("monitor: debug endpoints (%s) are served only on a loopback address, not %q", path, cfg.Listen)
 		}
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := logs.OrDiscard(cfg.Logger)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: nil}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -8,6 +8,7 @@ import (
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // DevJWT returns offline JWT authentication of iss's tokens for the
@@ -52,9 +53,7 @@ func CA(t testing.TB, cfg caserver.Config) *caserver.Server {
 	if cfg.StateDir == "" {
 		cfg.StateDir = t.TempDir()
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	s, err := caserver.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // Serving is what a Server serves on its socket; *grpc.Server implements
@@ -65,10 +66,7 @@ func CheckPath(path string) error {
 
 // NewServer returns a Server; it creates nothing yet.
 func NewServer(cfg ServerConfig) *Server {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := logs.OrDiscard(cfg.Logger)
 	return &Server{cfg: cfg, log: log, clock: clock.OrReal(cfg.Clock), ready: make(chan struct{})}
 }
 

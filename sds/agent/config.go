@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/monitor"
 	"github.com/meshid/meshid/sds/secretcache"
 )
@@ -133,9 +134,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.TrustDomain = spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
 	}
 	cfg.Clock = clock.OrReal(cfg.Clock)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	return cfg, nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // DefaultTimeout bounds one CreateCertificate call.
@@ -109,9 +110,7 @@ func New(cfg Config) (*Client, error) {
 	c.SetRoots(cfg.Roots)
 	creds := credentials.NewTLS(c.tlsConfig(serverName))
 	c.timeout = cmp.Or(c.timeout, DefaultTimeout)
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
-	}
+	c.log = logs.OrDiscard(c.log)
 	c.log = c.log.With("component", "caclient", "ca_addr", cfg.Addr)
 	if cfg.ClusterID != "" {
 		c.meta = &structpb.Struct{Fields: map[string]*structpb.Value{"ClusterID": structpb.NewStringValue(cfg.ClusterID)}}

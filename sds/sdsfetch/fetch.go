@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/sds/envoysecret"
 )
 
@@ -82,10 +83,7 @@ func Fetch(ctx context.Context, cfg Config) ([]*Secret, error) {
 	}
 	node := cfg.NodeID
 	node = cmp.Or(node, "meshid-inspect")
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := logs.OrDiscard(cfg.Logger)
 	sock := cfg.Socket
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("sdsfetch: %s: %s", sock, fmt.Sprintf(format, args...))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/sds/caclient"
 )
 
@@ -225,10 +226,7 @@ func New(cfg Config) (*Manager, error) {
 	if m.backoffMax < m.backoffBase {
 		m.backoffMax = m.backoffBase
 	}
-	if m.log == nil {
-		m.log = slog.New(slog.DiscardHandler)
-	}
-	m.log = m.log.With("component", "secretcache")
+	m.log = logs.OrDiscard(m.log).With("component", "secretcache")
 	if cfg.JWTSigner != nil {
 		m.jwt = newJWTCache(cfg.JWTSigner, cfg.ID, cmp.Or(cfg.MaxJWTSVIDs, DefaultMaxJWTSVIDs),
 			cmp.Or(cfg.JWTBundleRefresh, DefaultJWTBundleRefresh), m.clock, m.log)

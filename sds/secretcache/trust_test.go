@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/rootfile"
 	"github.com/meshid/meshid/sds/secretcache"
 )
@@ -31,12 +32,7 @@ func TestRootsUnionWithRootFile(t *testing.T) {
 		c.OnRoots = func(r []*x509.Certificate) { mu.Lock(); hooked = append(hooked, r); mu.Unlock() }
 	})
 	caRoot := f.ca.currentRoot()
-	write := func(data []byte) {
-		t.Helper()
-		if err := certs.WriteFileAtomic(file, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(data []byte) { t.Helper(); writeFile(t, file, data) }
 	write(certs.EncodeCertificates(caRoot))
 	f.run(t)
 	roots := watch(t, f.m, secretcache.RootName)
@@ -52,12 +48,7 @@ func TestRootsUnionWithRootFile(t *testing.T) {
 	write(certs.EncodeCertificates(caRoot, next))
 	tick := func() {
 		t.Helper()
-		stop := make(chan struct{})
-		tm := time.AfterFunc(20*time.Second, func() { close(stop) })
-		defer tm.Stop()
-		if !f.clock.WaitForWaiters(2, stop) { // the renewal and the refresh
-			t.Fatal("the refresh did not wait on the clock")
-		}
+		testkit.WaitForTimers(t, f.clock, 2, "the renewal and the refresh")
 		f.clock.Add(refresh)
 	}
 	tick()
@@ -113,10 +104,8 @@ func TestRootFileRefusedKeepsRoots(t *testing.T) {
 	caRoot := f.ca.currentRoot()
 	write := func(data []byte) {
 		t.Helper()
-		os.Remove(file)
-		if err := certs.WriteFileAtomic(file, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		os.Remove(file) // it may be the symlink to the system bundle
+		writeFile(t, file, data)
 	}
 	write(certs.EncodeCertificates(caRoot))
 	f.run(t)
@@ -127,12 +116,7 @@ func TestRootFileRefusedKeepsRoots(t *testing.T) {
 	receive(t, roots, "first ROOTCA")
 	tick := func() {
 		t.Helper()
-		stop := make(chan struct{})
-		tm := time.AfterFunc(20*time.Second, func() { close(stop) })
-		defer tm.Stop()
-		if !f.clock.WaitForWaiters(2, stop) { // the renewal and the refresh
-			t.Fatal("the refresh did not wait on the clock")
-		}
+		testkit.WaitForTimers(t, f.clock, 2, "the renewal and the refresh")
 		f.clock.Add(refresh)
 	}
 	many := []*x509.Certificate{caRoot}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/connlimit"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/unixsock"
 	"github.com/meshid/meshid/sds/secretcache"
 )
@@ -116,10 +117,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.MaxStreams = cmp.Or(cfg.MaxStreams, DefaultMaxStreams)
 	cfg.MaxConnections = cmp.Or(cfg.MaxConnections, DefaultMaxConnections)
 	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout)
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := logs.OrDiscard(cfg.Logger)
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ import (
 
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/metric"
 )
 
@@ -182,9 +183,7 @@ func New(cfg Config) (*Verifier, error) {
 	if cfg.CacheSize == 0 {
 		cfg.CacheSize = DefaultCacheSize
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	cfg.Clock = clock.OrReal(cfg.Clock)
 	v := &Verifier{
 		cfg:     cfg,

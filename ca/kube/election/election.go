@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // Defaults, the values Kubernetes' own controllers use.
@@ -96,10 +97,7 @@ func New(cfg Config) (*Elector, error) {
 	case float64(cfg.RenewDeadline) <= retryMargin*float64(cfg.RetryPeriod):
 		return nil, fmt.Errorf("election: renew deadline %s leaves no room to retry every %s", cfg.RenewDeadline, cfg.RetryPeriod)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := logs.OrDiscard(cfg.Logger)
 	e := &Elector{
 		cfg:    cfg,
 		clock:  clock.OrReal(cfg.Clock),

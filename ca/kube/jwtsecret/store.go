@@ -21,6 +21,7 @@ import (
 	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/ca/kube/election"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/metric"
 )
 
@@ -106,10 +107,7 @@ func New(cfg Config) (*Store, error) {
 	cfg.LeaseName = cmp.Or(cfg.LeaseName, DefaultLeaseName)
 	cfg.RetryInterval = cmp.Or(cfg.RetryInterval, DefaultRetryInterval)
 	cfg.Resync = cmp.Or(cfg.Resync, DefaultResync)
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := logs.OrDiscard(cfg.Logger)
 	s := &Store{
 		cfg:      cfg,
 		clock:    clock.OrReal(cfg.Clock),

@@ -73,6 +73,7 @@ func keyIDs(r *replica) []string {
 	return setIDs(set)
 }
 
+// setIDs lists the key IDs of set, in order.
 func setIDs(set *jwtkeys.Set) []string {
 	var out []string
 	for _, k := range set.Keys {

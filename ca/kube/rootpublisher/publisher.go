@@ -27,6 +27,7 @@ import (
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/metric"
 )
 
@@ -130,10 +131,7 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.LogInterval <= 0 {
 		cfg.LogInterval = DefaultLogInterval
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := logs.OrDiscard(cfg.Logger)
 	p := &Publisher{
 		cfg:      cfg,
 		clock:    clock.OrReal(cfg.Clock),

@@ -23,6 +23,7 @@ import (
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/metric"
 )
 
@@ -105,10 +106,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = 5 * time.Second
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := logs.OrDiscard(cfg.Logger)
 	s := &Store{
 		cfg:      cfg,
 		clock:    clock.OrReal(cfg.Clock),

@@ -173,7 +173,8 @@ soak: build
 ## That run's time, times 3, is each mutant's timeout (-count=1 in GOFLAGS:
 ## a cached coverage run would make that timeout shorter than a build;
 ## -vet=off: vet on every mutant costs time and kills none; -ldflags=-w: no
-## DWARF, a shorter link per mutant).
+## DWARF, a shorter link per mutant; -trimpath: builds in gremlins' copy of the
+## module are build-cache hits, not a rebuild of every package at a new path).
 GREMLINS_VERSION ?= v0.6.0
 GREMLINS_DIR     := $(shell $(GO) env GOPATH)/bin/gremlins-$(GREMLINS_VERSION)
 GREMLINS         := $(GREMLINS_DIR)/gremlins
@@ -185,7 +186,7 @@ mutate:
 	@mkdir -p $(MUTATE_OUT)
 	@set -e; for p in $(MUTATE_PKGS); do \
 		echo "== gremlins $$p"; \
-		GOFLAGS="$$GOFLAGS -count=1 -vet=off -ldflags=-w" MESHID_REAL_GO="$$(command -v $(GO))" PATH="$(CURDIR)/scripts/gremlins:$$PATH" \
+		GOFLAGS="$$GOFLAGS -count=1 -vet=off -ldflags=-w -trimpath" MESHID_REAL_GO="$$(command -v $(GO))" PATH="$(CURDIR)/scripts/gremlins:$$PATH" \
 			nice -n 10 $(GREMLINS) unleash --workers 1 --timeout-coefficient 3 \
 			--exclude-files / $(MUTATE_FLAGS) \
 			--output $(MUTATE_OUT)/$$(echo $$p | tr / _).json ./$$p; \

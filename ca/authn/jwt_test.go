@@ -1,11 +1,13 @@
 package authn_test
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -417,6 +419,36 @@ func TestJWTMaxTokenLifetime(t *testing.T) {
 		}
 		if _, err := j.Authenticate(context.Background(), authn.Credentials{Token: tok}); (err == nil) != tc.ok {
 			t.Errorf("MaxTokenLifetime %v: err %v, want ok=%v", tc.max, err, tc.ok)
+		}
+	}
+}
+
+// TestJWKSFileSizeLimit: a JWKS file of exactly 1 MiB (a key set padded
+// with whitespace) is read whole and accepted; one byte more is refused
+// with an error that names the limit, not a truncated-JSON error.
+func TestJWKSFileSizeLimit(t *testing.T) {
+	dir := t.TempDir()
+	iss, err := devissuer.LoadOrCreate(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := os.ReadFile(filepath.Join(dir, devissuer.JWKSFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 1 << 20
+	for _, size := range []int{limit, limit + 1} {
+		file := filepath.Join(dir, fmt.Sprintf("jwks-%d.json", size))
+		padded := append(bytes.Repeat([]byte(" "), size-len(set)), set...)
+		if err := os.WriteFile(file, padded, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := authn.NewJWT(authn.JWTConfig{Issuer: iss.Issuer(), JWKSFile: file})
+		switch {
+		case size == limit && err != nil:
+			t.Fatalf("a %d-byte JWKS file refused: %v", size, err)
+		case size > limit && (err == nil || !strings.Contains(err.Error(), "larger than")):
+			t.Fatalf("a %d-byte JWKS file: err = %v, want one naming the size limit", size, err)
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 const testIssuer = "https://issuer.test"
@@ -328,6 +329,18 @@ type oidcServer struct {
 	fetched chan struct{}
 }
 
+// waitFetched waits for the next JWKS fetch, failing t after testkit.Guard:
+// a verifier whose discovery keeps failing fails the test instead of hanging
+// it.
+func (s *oidcServer) waitFetched(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.fetched:
+	case <-time.After(testkit.Guard):
+		t.Fatalf("no JWKS fetch within %v", testkit.Guard)
+	}
+}
+
 func newOIDCServer(t *testing.T) *oidcServer {
 	s := &oidcServer{fetched: make(chan struct{}, 16)}
 	mux := http.NewServeMux()
@@ -372,8 +385,8 @@ func TestJWTDiscoveryAndRotation(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- j.Run(ctx) }()
-	<-srv.fetched
-	clk.WaitForWaiters(1, nil) // Run stored the keys and parks on its refresh timer
+	srv.waitFetched(t)
+	testkit.WaitForTimers(t, clk, 1, "the JWKS refresh timer") // Run stored the keys and parks on it
 	if _, err := j.Authenticate(context.Background(), authn.Credentials{Token: tok1}); err != nil {
 		t.Fatal(err)
 	}
@@ -384,8 +397,8 @@ func TestJWTDiscoveryAndRotation(t *testing.T) {
 	clk.Add(authn.DefaultJWKSMinRefresh)
 	_, err = j.Authenticate(context.Background(), authn.Credentials{Token: tok2})
 	wantKind(t, err, ca.KindUnauthenticated, tok2)
-	<-srv.fetched
-	clk.WaitForWaiters(1, nil)
+	srv.waitFetched(t)
+	testkit.WaitForTimers(t, clk, 1, "the JWKS refresh timer")
 	if _, err := j.Authenticate(context.Background(), authn.Credentials{Token: tok2}); err != nil {
 		t.Fatalf("after reload: %v", err)
 	}
@@ -393,8 +406,8 @@ func TestJWTDiscoveryAndRotation(t *testing.T) {
 	// The periodic refresh drops k1.
 	srv.set(&jose.JSONWebKeySet{Keys: []jose.JSONWebKey{k2.jwk}})
 	clk.Add(authn.DefaultJWKSRefresh)
-	<-srv.fetched
-	clk.WaitForWaiters(1, nil)
+	srv.waitFetched(t)
+	testkit.WaitForTimers(t, clk, 1, "the JWKS refresh timer")
 	_, err = j.Authenticate(context.Background(), authn.Credentials{Token: tok1})
 	wantKind(t, err, ca.KindUnauthenticated, tok1)
 

@@ -214,3 +214,31 @@ func TestFileRelativeName(t *testing.T) {
 		t.Fatalf("relative file-root: %+v", s)
 	}
 }
+
+// TestFileCertKeyInOtherDir: a file-cert whose key lives in another
+// directory is watched in both; a new pair written cert first, key last is
+// served once the key (an event in the key's directory only) matches.
+func TestFileCertKeyInOtherDir(t *testing.T) {
+	certDir, keyDir := t.TempDir(), t.TempDir()
+	certPath, keyPath := filepath.Join(certDir, "cert.pem"), filepath.Join(keyDir, "key.pem")
+	p1, p2 := newPair(t, "one"), newPair(t, "two")
+	writeFile(t, certPath, p1.certPEM)
+	writeFile(t, keyPath, p1.keyPEM)
+	name := secretcache.FileCertPrefix + certPath + "~" + keyPath
+
+	f := newFixture(t, nil)
+	ch := watch(t, f.m, name)
+	if v1 := mustSecret(t, f.m, name); !v1.Chain[0].Equal(p1.cert) {
+		t.Fatal("first load does not hold the first pair")
+	}
+	receive(t, ch, "first load")
+	f.run(t)
+	f.logs.WaitForContaining(t, "watching directory", 2)
+
+	writeFile(t, certPath, p2.certPEM) // cert and key mismatch: not served
+	writeFile(t, keyPath, p2.keyPEM)   // the key's directory: the pair matches again
+	v2 := receive(t, ch, "new pair")
+	if !v2.Chain[0].Equal(p2.cert) || !certs.KeyMatches(v2.Chain[0].PublicKey, v2.Key) {
+		t.Fatal("push after the key was written does not hold the new pair")
+	}
+}

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshid/meshid/ca/rotation"
@@ -88,10 +87,7 @@ func (k *kubeRotationState) restore(ctx context.Context, r *rotation.Rotation) {
 
 // follow hands every version of the record to r.Follow until ctx ends.
 func (k *kubeRotationState) follow(ctx context.Context, r *rotation.Rotation) error {
-	inf := kubeapi.NewInformerFactory(k.client, 0, kubeapi.WithNamespace(k.namespace),
-		kubeapi.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", RotationStateSecret).String()
-		})).Secrets().Informer()
+	inf := kubeapi.NamedSecretInformer(k.client, k.namespace, RotationStateSecret)
 	handle := func(obj any) {
 		// The name check too: a fake client ignores the field selector.
 		if sec, ok := obj.(*corev1.Secret); ok && sec.Name == RotationStateSecret {

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -183,4 +184,15 @@ func (f *InformerFactory) ConfigMaps() Informer[corelisters.ConfigMapLister] {
 // WithNamespace does not apply).
 func (f *InformerFactory) Namespaces() Informer[corelisters.NamespaceLister] {
 	return newInformer(f, &corev1.Namespace{}, f.client.CoreV1().Namespaces(), corelisters.NewNamespaceLister)
+}
+
+// NamedSecretInformer is an informer on the one Secret name in namespace
+// (a field selector on metadata.name), for the CA's own Secrets: the CA
+// Secrets, the rotation state, the JWT signing keys. A fake client ignores
+// the selector, so handlers still check the name.
+func NamedSecretInformer(client Interface, namespace, name string) cache.SharedIndexInformer {
+	return NewInformerFactory(client, 0, WithNamespace(namespace),
+		WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		})).Secrets().Informer()
 }

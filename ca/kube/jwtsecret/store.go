@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshid/meshid/ca/jwtkeys"
@@ -179,10 +178,7 @@ func (s *Store) Run(ctx context.Context) error {
 		s.mu.Unlock()
 		return errors.New("jwtsecret: Run called twice")
 	}
-	s.informer = kubeclient.NewInformerFactory(s.cfg.Client, 0, kubeclient.WithNamespace(s.cfg.Namespace),
-		kubeclient.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.cfg.SecretName).String()
-		})).Secrets().Informer()
+	s.informer = kubeclient.NamedSecretInformer(s.cfg.Client, s.cfg.Namespace, s.cfg.SecretName)
 	inf := s.informer
 	s.mu.Unlock()
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -15,8 +15,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshid/meshid/ca/keystore"
@@ -214,10 +212,7 @@ func (s *Store) Run(ctx context.Context) error {
 
 // newInformer watches the one Secret name in the namespace.
 func (s *Store) newInformer(name string) cache.SharedIndexInformer {
-	inf := kubeclient.NewInformerFactory(s.cfg.Client, 0, kubeclient.WithNamespace(s.cfg.Namespace),
-		kubeclient.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-		})).Secrets().Informer()
+	inf := kubeclient.NamedSecretInformer(s.cfg.Client, s.cfg.Namespace, name)
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.reconcile() },
 		UpdateFunc: func(any, any) { s.reconcile() },

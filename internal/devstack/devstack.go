@@ -38,7 +38,7 @@ const (
 // Config is one `meshid dev`.
 type Config struct {
 	StateDir              string // DefaultStateDir if empty; created 0700
-	Listen                string // the CA's gRPC address; caserver.DefaultListen if empty
+	Listen                string // the CA's gRPC address; caserver's default if empty
 	SDSSocket             string // <StateDir>/sds.sock if empty
 	MonitoringListen      string // the CA's /metrics /healthz /readyz; empty disables
 	AgentMonitoringListen string // the agent's; empty disables
@@ -89,7 +89,7 @@ func New(cfg Config) (*Stack, error) {
 // root in the state directory, authenticating the issuer's tokens offline.
 func caConfig(cfg Config, issuer *devissuer.Issuer) caserver.Config {
 	return caserver.Config{
-		Listen:           cmp.Or(cfg.Listen, caserver.DefaultListen),
+		Listen:           cfg.Listen, // caserver.DefaultListen if empty
 		StateDir:         cfg.StateDir,
 		JWTIssuer:        issuer.Issuer(),
 		JWKSFile:         filepath.Join(cfg.StateDir, devissuer.JWKSFile),

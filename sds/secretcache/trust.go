@@ -53,9 +53,14 @@ func (m *Manager) rootsChanged(union []*x509.Certificate) {
 	m.publish(RootName)
 }
 
-// refreshRoots re-reads RootFile every rootRefresh until ctx is done.
+// refreshRoots reads RootFile at once, then again every rootRefresh until
+// ctx is done. The first read is not delayed by a refresh interval: an
+// agent started during a CA rotation must push the new root the file
+// already holds before the CA signs with it (the CA waits two refresh
+// intervals after publishing it, counted from before this agent started).
 func (m *Manager) refreshRoots(ctx context.Context) {
 	for {
+		m.readRootFile()
 		timer := m.clock.NewTimer(m.rootRefresh)
 		select {
 		case <-ctx.Done():
@@ -63,7 +68,6 @@ func (m *Manager) refreshRoots(ctx context.Context) {
 			return
 		case <-timer.C():
 		}
-		m.readRootFile()
 	}
 }
 

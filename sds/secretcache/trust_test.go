@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -160,5 +161,46 @@ func TestRootFileRefusedKeepsRoots(t *testing.T) {
 	tick()
 	if got := receive(t, roots, "ROOTCA with the rotation's union").Roots; len(got) != 2 || !got[0].Equal(caRoot) || !got[1].Equal(next) {
 		t.Fatalf("ROOTCA after the union: %d roots", len(got))
+	}
+}
+
+// TestRootFileReadAtStart: an agent started during a CA rotation, whose
+// root file already holds the old and the new root, pushes both in ROOTCA
+// (and hands both to the CA client) without waiting a refresh interval:
+// the CA starts signing with the new root two intervals after publishing
+// it, which may be less than one interval after this agent started.
+func TestRootFileReadAtStart(t *testing.T) {
+	const refresh = time.Hour
+	file := filepath.Join(t.TempDir(), "root-cert.pem")
+	var (
+		mu     sync.Mutex
+		hooked []*x509.Certificate
+	)
+	f := newFixture(t, func(c *secretcache.Config) {
+		c.RootFile, c.RootRefresh = file, refresh
+		c.OnRoots = func(r []*x509.Certificate) { mu.Lock(); hooked = r; mu.Unlock() }
+	})
+	caRoot := f.ca.currentRoot()
+	next := newTestCA(t, f.clock).currentRoot()
+	writeFile(t, file, certs.EncodeCertificates(caRoot, next))
+	f.run(t)
+	roots := watch(t, f.m, secretcache.RootName)
+	if _, err := f.m.Secret(context.Background(), secretcache.DefaultName); err != nil {
+		t.Fatal(err)
+	}
+	// The clock never moves: whatever ROOTCA holds came from the first read.
+	for {
+		got := receive(t, roots, "ROOTCA with the file's two roots").Roots
+		if len(got) == 2 {
+			if !slices.ContainsFunc(got, next.Equal) || !slices.ContainsFunc(got, caRoot.Equal) {
+				t.Fatalf("ROOTCA: want the old and the new root")
+			}
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(hooked) != 2 {
+		t.Fatalf("the CA client was given %d roots, want 2", len(hooked))
 	}
 }

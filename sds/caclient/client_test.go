@@ -444,17 +444,22 @@ func TestSetRoots(t *testing.T) {
 	}
 	c.SetRoots(nil)
 	c.SetRoots([]*x509.Certificate{other.root, ca.h.root})
-	deadline := time.Now().Add(testkit.Guard)
-	for {
-		// gRPC retries the connection with its own backoff.
-		_, _, err := c.Sign(context.Background(), csr, time.Hour)
-		if err == nil {
+	// SetRoots cuts gRPC's reconnect backoff short (at least a second
+	// after the failed handshake above): the channel leaves
+	// TRANSIENT_FAILURE as soon as its reconnect goroutine runs, and a
+	// request on a connecting channel waits for it. Until that goroutine
+	// has run, a request may still fail fast; a few such attempts take
+	// microseconds, while waiting out the backoff would take a second and
+	// hundreds of thousands of them.
+	const attempts = 10000
+	var err error
+	for i := 0; i < attempts; i++ {
+		if _, _, err = c.Sign(context.Background(), csr, time.Hour); err == nil {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after SetRoots: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("after SetRoots, %d attempts: %v", attempts, err)
 	}
 	c.SetRoots([]*x509.Certificate{other.root})
 	c2 := newClient(t, caclient.Config{Addr: ca.addr, ServerName: "istiod.istio-system.svc", Roots: []*x509.Certificate{other.root}, TokenFile: tok})

@@ -15,6 +15,11 @@ type rootPool struct{ p atomic.Pointer[x509.CertPool] }
 // the next TLS handshake on. The agent gives it the ROOTCA bundle, so that
 // during a CA rotation the CA may serve with a certificate of its new root.
 // An empty list is ignored: the client never trusts nothing.
+//
+// A connection waiting out gRPC's reconnect backoff (up to two minutes
+// after repeated failures, e.g. handshakes refused because the CA already
+// serves under a root this agent did not trust yet) is retried at once:
+// the new roots may be what it was missing.
 func (c *Client) SetRoots(roots []*x509.Certificate) {
 	if len(roots) == 0 {
 		return
@@ -24,6 +29,9 @@ func (c *Client) SetRoots(roots []*x509.Certificate) {
 		pool.AddCert(r)
 	}
 	c.roots.p.Store(pool)
+	if c.conn != nil { // nil only while New runs
+		c.conn.ResetConnectBackoff()
+	}
 }
 
 // tlsConfig verifies the CA as crypto/tls would with RootCAs and

@@ -2,6 +2,7 @@ package caserver
 
 import (
 	"cmp"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -141,7 +142,9 @@ type Config struct {
 	// Namespace is the CA's own namespace.
 	Namespace string
 	// PodName is this replica's identity for leader election; empty means
-	// the hostname.
+	// the hostname followed by "_" and a random suffix (as Kubernetes'
+	// own controllers do), so that two replicas on one host (no pod name
+	// from the downward API) never share an identity and both lead.
 	PodName string
 
 	// TokenAudiences a service-account token must carry.
@@ -274,7 +277,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("caserver: pod name: %w", err)
 		}
-		cfg.PodName = h
+		cfg.PodName = h + "_" + rand.Text()[:12]
 	}
 	cfg.Clock = clock.OrReal(cfg.Clock)
 	cfg.Logger = logs.OrDiscard(cfg.Logger)

@@ -203,12 +203,13 @@ func requestTTL(secs int64) (time.Duration, error) {
 // metadata and the client certificates from the TLS handshake.
 func credentialsFrom(ctx context.Context) authn.Credentials {
 	var c authn.Credentials
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		for _, v := range md.Get("authorization") {
-			if tok, ok := bearerToken(v); ok {
-				c.Token = tok
-				break
-			}
+	// ValueFromIncomingContext copies only this key's values, where
+	// FromIncomingContext copies the whole metadata (4-5 allocations per
+	// request).
+	for _, v := range metadata.ValueFromIncomingContext(ctx, "authorization") {
+		if tok, ok := bearerToken(v); ok {
+			c.Token = tok
+			break
 		}
 	}
 	if p, ok := peer.FromContext(ctx); ok {

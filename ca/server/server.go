@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +57,25 @@ const (
 	// DefaultShutdownGrace is how long Run lets requests in flight finish
 	// after its context ends.
 	DefaultShutdownGrace = 5 * time.Second
+	// DefaultStreamWorkers is the number of long-lived goroutines that
+	// serve requests (grpc.NumStreamWorkers): 256, the requests one
+	// connection may have in flight (MaxConcurrentStreams). A worker keeps
+	// the stack a request grew (in the ECDSA verify's bigmod and gRPC's
+	// receive path a fresh goroutine's stack is copied to a larger one
+	// several times); a request that finds every worker busy gets a new
+	// goroutine, as without workers, and pays the growth. The count
+	// follows the CA's concurrency, not its CPUs: with 64 requests in
+	// flight on 2 CPUs, 8 workers (the former 4 x GOMAXPROCS) left 56 of
+	// them to fresh goroutines, and stack growth was 4-5.5% of the CA's
+	// CPU; 1.3% with 256. Memory: a grown worker holds about 11 KiB of
+	// stack (256 workers: 0.9 MiB of stacks idle, 3.6 MiB right after 256
+	// requests at once; the garbage collector halves an idle worker's
+	// stack each cycle, back to 1.8 MiB after two), so at most about
+	// 4 MiB.
+	DefaultStreamWorkers = MaxConcurrentStreams
+	// MaxStreamWorkers bounds Config.StreamWorkers (about 64 MiB of grown
+	// stacks).
+	MaxStreamWorkers     = 4096
 	limiterPruneInterval = time.Minute
 )
 
@@ -99,6 +117,10 @@ type Config struct {
 	// FirstRequestTimeout closes a connection that has not begun a request
 	// this long after it was accepted (TLS handshake included). Default 10s.
 	FirstRequestTimeout time.Duration
+	// StreamWorkers is the number of goroutines kept to serve requests,
+	// each keeping the stack it grew (see DefaultStreamWorkers). Default
+	// 256; at most MaxStreamWorkers.
+	StreamWorkers int
 	// JWT, when set, serves meshid.v1.JWTSVIDService (JWT-SVIDs for the
 	// proven caller, and their JWKS; see jwt.go). Nil: not served.
 	JWT        JWTIssuer
@@ -175,6 +197,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxTokenSize < 0 || cfg.MaxTokenSize > authn.MaxTokenSize {
 		return nil, fmt.Errorf("server: token size limit %d is not within 1 to %d bytes", cfg.MaxTokenSize, authn.MaxTokenSize)
 	}
+	cfg.StreamWorkers = cmp.Or(cfg.StreamWorkers, DefaultStreamWorkers)
+	if cfg.StreamWorkers < 0 || cfg.StreamWorkers > MaxStreamWorkers {
+		return nil, fmt.Errorf("server: stream workers %d is not within 1 to %d", cfg.StreamWorkers, MaxStreamWorkers)
+	}
 	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	clk := clock.OrReal(cfg.Clock)
 	m, err := newMetrics(cfg.Registerer)
@@ -209,11 +235,10 @@ func New(cfg Config) (*Server, error) {
 		grpc.StatsHandler(connStats{s.conns}),
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		// Reuse handler goroutines: a request's crypto grows a fresh
-		// goroutine's stack several times (newstack/copystack was ~5% of
-		// the CPU profile of the gRPC benchmark); a worker keeps its
-		// grown stack. When every worker is busy (a handler waiting on
-		// the Kubernetes API), gRPC starts a goroutine as before.
-		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
+		// goroutine's stack several times; a worker keeps its grown
+		// stack (DefaultStreamWorkers says why 256 and what it costs).
+		// When every worker is busy, gRPC starts a goroutine as before.
+		grpc.NumStreamWorkers(uint32(cfg.StreamWorkers)),
 		grpc.ConnectionTimeout(cfg.FirstRequestTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             10 * time.Second,

@@ -367,6 +367,8 @@ func TestConfigErrors(t *testing.T) {
 		{"negative connection limit", func(c *server.Config) { c.MaxConnections = -1 }},
 		{"negative per-IP connection limit", func(c *server.Config) { c.MaxConnectionsPerIP = -1 }},
 		{"negative first-request timeout", func(c *server.Config) { c.FirstRequestTimeout = -time.Second }},
+		{"negative stream workers", func(c *server.Config) { c.StreamWorkers = -1 }},
+		{"stream workers over the maximum", func(c *server.Config) { c.StreamWorkers = server.MaxStreamWorkers + 1 }},
 	}
 	// The fixture itself is accepted, so each case is refused for its own
 	// change and not for a defect they share.

@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -69,6 +70,7 @@ type benchCAFlags struct {
 	caPID                        int
 	kubeconfig                   string
 	freshTokens                  int
+	cpuProfile                   string
 }
 
 func newBenchCACmd() *cobra.Command {
@@ -125,6 +127,7 @@ Latency percentiles cover successful requests.`,
 	fl.IntVar(&f.freshTokens, "fresh-tokens", 0, "before the clock starts, create `N` pods (spec.nodeName set) in --namespace and mint one pod-bound token each (TokenRequest); then send one CSR per token and report the API server's requests during the run (apiserver_request_total by resource)")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines on standard error")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this load tool during the measured runs to `file` (go tool pprof)")
 	return cmd
 }
 
@@ -255,7 +258,14 @@ func runBenchCA(cmd *cobra.Command, f *benchCAFlags) error {
 			return fmt.Errorf("bench ca: %w", err)
 		}
 	}
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return err
+	}
 	reports, runErr := l.Sweep(ctx, levels)
+	if err := stopProfile(); err != nil {
+		return err
+	}
 	if len(reports) == 0 && runErr != nil {
 		return fmt.Errorf("bench ca: %w", runErr)
 	}
@@ -469,4 +479,23 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// startCPUProfile starts --cpuprofile, if set; stop ends and writes it.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench ca: --cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("bench ca: --cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return out.Close()
+	}, nil
 }

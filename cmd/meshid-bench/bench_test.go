@@ -207,10 +207,20 @@ func TestBenchCAChartAndBound(t *testing.T) {
 		t.Errorf("stderr:\n%s", stderr)
 	}
 
+	prof := filepath.Join(t.TempDir(), "load.prof")
 	stdout, _, err = benchRun(t, "ca", "--addr", addr, "--dev-state-dir", dir, "--requests", "2", "--pregen-keys",
-		"--crypto-bound", "--crypto-bound-duration", "10ms", "--key-type", "rsa-2048", "-o", "json", "-q")
+		"--crypto-bound", "--crypto-bound-duration", "10ms", "--key-type", "rsa-2048", "-o", "json", "-q", "--cpuprofile", prof)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// --cpuprofile: a gzipped profile (go tool pprof reads it).
+	if b, err := os.ReadFile(prof); err != nil || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
+		t.Errorf("--cpuprofile: %v, %d bytes", err, len(b))
+	}
+	_, _, err = benchRun(t, "ca", "--addr", addr, "--dev-state-dir", dir, "--requests", "1", "-q",
+		"--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir", "load.prof"))
+	if err == nil || !strings.Contains(err.Error(), "--cpuprofile") {
+		t.Errorf("--cpuprofile in a missing directory: %v", err)
 	}
 	r := parseBenchCA(t, stdout)
 	if b := r.CryptoBound; b == nil || b.LeafKeyType != "rsa-2048" || b.CAKeyType != "ec-p256" || b.CertsPerSecond <= 0 || b.BestRatio <= 0 {

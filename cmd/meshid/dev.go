@@ -12,6 +12,7 @@ import (
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/internal/devstack"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/sds/agent"
 )
 
@@ -51,7 +52,12 @@ into --state-dir and serves until interrupted.`,
 func runDev(ctx context.Context, f *devFlags, stdout, stderr io.Writer) error {
 	cfg := f.cfg
 	var err error
-	if cfg.Logger, err = cli.NewLogger(stderr, f.logLevel, f.logFormat); err != nil {
+	logOut, err := logs.NewBuffer(logs.BufferConfig{Writer: stderr})
+	if err != nil {
+		return err
+	}
+	defer logOut.Flush()
+	if cfg.Logger, err = cli.NewLogger(logOut, f.logLevel, f.logFormat); err != nil {
 		return err
 	}
 	dev, err := devstack.New(cfg)

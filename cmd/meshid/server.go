@@ -24,6 +24,7 @@ import (
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/cmd/internal/cli"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // serverFlags are the flags of `meshid server` (docs/architecture.md).
@@ -228,7 +229,12 @@ POD_NAMESPACE, POD_NAME, CA_TRUSTED_NODE_ACCOUNTS, CLUSTER_ID.`,
 			if err != nil {
 				return err
 			}
-			if cfg.Logger, err = cli.NewLogger(cmd.ErrOrStderr(), f.logLevel, f.logFormat); err != nil {
+			logOut, err := logs.NewBuffer(logs.BufferConfig{Writer: cmd.ErrOrStderr()})
+			if err != nil {
+				return err
+			}
+			defer logOut.Flush()
+			if cfg.Logger, err = cli.NewLogger(logOut, f.logLevel, f.logFormat); err != nil {
 				return err
 			}
 			return run(cmd.Context(), cfg)

@@ -4,24 +4,33 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // NewLogger returns a logger to w at level (--log-level: debug, info, warn
 // or error) in format (--log-format: text, or json for one JSON object per
-// line).
+// line). When w is a logs.Flusher (a *logs.Buffer), warnings and errors
+// flush it: they are written at once, after the lines before them.
 func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: l}
+	var h slog.Handler
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		h = slog.NewTextHandler(w, opts)
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		return nil, fmt.Errorf("--log-format: %q is not text or json", format)
 	}
-	return nil, fmt.Errorf("--log-format: %q is not text or json", format)
+	if f, ok := w.(logs.Flusher); ok {
+		h = logs.FlushOn(h, f, slog.LevelWarn)
+	}
+	return slog.New(h), nil
 }
 
 // LogFormatUsage is the help of --log-format.

@@ -256,7 +256,7 @@ func TestAmbientOfflineJWT(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(der)
-	jwks := &jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: pub, KeyID: base64.RawURLEncoding.EncodeToString(sum[:]), Algorithm: string(jose.ES256), Use: "sig"}}}
+	jwks := &jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: pub, KeyID: base64.RawURLEncoding.EncodeToString(sum[:]), Algorithm: string(cluster.ServiceAccountAlgorithm()), Use: "sig"}}}
 	j, err := authn.NewJWT(authn.JWTConfig{Issuer: cluster.Issuer(), Audiences: []string{"istio-ca"}, JWKS: jwks})
 	if err != nil {
 		t.Fatal(err)

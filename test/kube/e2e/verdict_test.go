@@ -24,7 +24,7 @@ func TestTokenReviewVerdictFinalWithJWT(t *testing.T) {
 	good := w.token(t, "istio-ca")
 	gone := w.deletedPodToken(t)
 
-	pub := &cluster.ServiceAccountKey().PublicKey
+	pub := cluster.ServiceAccountKey().Public()
 	der, err := x509.MarshalPKIXPublicKey(pub)
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +33,7 @@ func TestTokenReviewVerdictFinalWithJWT(t *testing.T) {
 	jwt, err := authn.NewJWT(authn.JWTConfig{
 		Issuer:    cluster.Issuer(),
 		Audiences: []string{"istio-ca"},
-		JWKS:      &jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: pub, KeyID: base64.RawURLEncoding.EncodeToString(kid[:]), Algorithm: string(jose.ES256), Use: "sig"}}},
+		JWKS:      &jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: pub, KeyID: base64.RawURLEncoding.EncodeToString(kid[:]), Algorithm: string(cluster.ServiceAccountAlgorithm()), Use: "sig"}}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,8 @@ package harness
 
 import (
 	"context"
-	"crypto/ecdsa"
+	"crypto"
+	"crypto/rsa"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	jose "github.com/go-jose/go-jose/v4"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -50,6 +52,10 @@ type Config struct {
 	// Audience-agnostic authenticators such as --token-auth-file only
 	// authenticate a TokenReview whose audiences intersect these.
 	APIAudiences []string
+	// ServiceAccountKeyType is the key the API server signs
+	// service-account tokens with: KeyECP256 (ES256, the default) or
+	// KeyRSA2048 (RS256, what kubeadm and the managed clusters use).
+	ServiceAccountKeyType string
 	// StaticTokens become --token-auth-file.
 	StaticTokens []StaticToken
 	// ExtraArgs are appended to the kube-apiserver command line.
@@ -82,6 +88,9 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.Issuer == "" {
 		cfg.Issuer = DefaultIssuer
 	}
+	if cfg.ServiceAccountKeyType == "" {
+		cfg.ServiceAccountKeyType = KeyECP256
+	}
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 2 * time.Minute
 	}
@@ -113,7 +122,7 @@ func New(cfg Config) (*Cluster, error) {
 		}
 		c.dir, c.removeDir = dir, true
 	}
-	p, err := newPKI(time.Now())
+	p, err := newPKI(time.Now(), cfg.ServiceAccountKeyType)
 	if err != nil {
 		return nil, err
 	}
@@ -378,8 +387,18 @@ func (c *Cluster) CACertPEM() []byte { return encodeCert(c.pki.caCert) }
 func (c *Cluster) Issuer() string { return c.cfg.Issuer }
 
 // ServiceAccountKey is the key the API server signs service-account tokens
-// with; tests use it to make tokens the API server must reject (expired).
-func (c *Cluster) ServiceAccountKey() *ecdsa.PrivateKey { return c.pki.saKey }
+// with (Config.ServiceAccountKeyType); tests use it to make tokens the API
+// server must reject (expired).
+func (c *Cluster) ServiceAccountKey() crypto.Signer { return c.pki.saKey }
+
+// ServiceAccountAlgorithm is the JWS algorithm of the API server's
+// service-account tokens: ES256 or RS256.
+func (c *Cluster) ServiceAccountAlgorithm() jose.SignatureAlgorithm {
+	if _, ok := c.pki.saKey.(*rsa.PrivateKey); ok {
+		return jose.RS256
+	}
+	return jose.ES256
+}
 
 func freePorts(n int) ([]int, error) {
 	var ports []int

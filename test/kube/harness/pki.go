@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -25,10 +26,29 @@ type pki struct {
 	servingKey []byte
 	adminCert  []byte // client cert CN=meshid-admin O=system:masters
 	adminKey   []byte
-	saKey      *ecdsa.PrivateKey // service-account token signing key
+	saKey      crypto.Signer // service-account token signing key
 }
 
-func newPKI(now time.Time) (*pki, error) {
+// Service-account key types (Config.ServiceAccountKeyType).
+const (
+	// KeyECP256 is an ECDSA P-256 key: ES256 tokens.
+	KeyECP256 = "ec-p256"
+	// KeyRSA2048 is an RSA-2048 key: RS256 tokens, as kubeadm, EKS, GKE
+	// and AKS sign them.
+	KeyRSA2048 = "rsa-2048"
+)
+
+func newSAKey(keyType string) (crypto.Signer, error) {
+	switch keyType {
+	case KeyECP256:
+		return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	case KeyRSA2048:
+		return rsa.GenerateKey(rand.Reader, 2048)
+	}
+	return nil, fmt.Errorf("harness: service-account key type %q is not %s or %s", keyType, KeyECP256, KeyRSA2048)
+}
+
+func newPKI(now time.Time, saKeyType string) (*pki, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("harness: ca key: %w", err)
@@ -63,7 +83,7 @@ func newPKI(now time.Time) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.saKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	p.saKey, err = newSAKey(saKeyType)
 	if err != nil {
 		return nil, fmt.Errorf("harness: service-account key: %w", err)
 	}

@@ -144,7 +144,7 @@ func (c *Cluster) SignToken(claims map[string]any) (string, error) {
 		return "", fmt.Errorf("harness: %w", err)
 	}
 	sum := sha256Sum(der)
-	return SignJWT(jose.SigningKey{Algorithm: jose.ES256, Key: c.pki.saKey}, base64.RawURLEncoding.EncodeToString(sum[:]), claims)
+	return SignJWT(jose.SigningKey{Algorithm: c.ServiceAccountAlgorithm(), Key: c.pki.saKey}, base64.RawURLEncoding.EncodeToString(sum[:]), claims)
 }
 
 // SignJWT signs claims with key, naming kid in the header unless it is

@@ -2,6 +2,7 @@ package restartstorm_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -28,7 +29,16 @@ var (
 	flowObjects []*unstructured.Unstructured
 )
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
+// saKeyType is the key the cluster signs service-account tokens with:
+// RSA-2048 (RS256) by default, as kubeadm, EKS, GKE and AKS do, so a cold
+// token costs the CA what it costs in a real cluster; -sa-key-type ec-p256
+// measures ES256 tokens.
+var saKeyType = flag.String("sa-key-type", harness.KeyRSA2048, "service-account key of the test cluster: rsa-2048 | ec-p256")
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(run(m))
+}
 
 func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -36,8 +46,9 @@ func run(m *testing.M) int {
 	c, err := harness.Boot(ctx, harness.Config{
 		// APF on, as in every real cluster (the harness default turns it
 		// off): the FlowSchema is what classifies the CA's reviews.
-		ExtraArgs: []string{"--enable-priority-and-fairness=true"},
-		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		ExtraArgs:             []string{"--enable-priority-and-fairness=true"},
+		ServiceAccountKeyType: *saKeyType,
+		Logger:                slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -210,20 +210,13 @@ func (c *Controller) Run(ctx context.Context) error {
 // the publisher without telling it.
 func (c *Controller) followRoots(ctx context.Context) {
 	var last *keystore.Bundle
-	t := c.clock.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
+	clock.Loop(ctx, c.clock, 0, nil, func(context.Context) time.Duration {
 		if b := c.roots.Bundle(); b != nil && b != last {
 			c.publisher.SetRoots(b.Roots) // a no-op when the roots did not change
 			last = b
 		}
-		t.Reset(c.poll)
-	}
+		return c.poll
+	})
 }
 
 // lead runs the leader-only tasks until ctx ends.

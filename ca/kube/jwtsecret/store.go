@@ -232,26 +232,17 @@ func (s *Store) load(obj any) {
 
 // lead keeps the Secret's Set current while this replica holds the Lease.
 func (s *Store) lead(ctx context.Context) {
-	t := s.clock.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		case <-s.poke:
-		}
+	clock.Loop(ctx, s.clock, 0, s.poke, func(ctx context.Context) time.Duration {
 		wait, err := s.reconcile(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return 0 // Loop returns
 			}
 			s.log.Error("cannot write the JWT signing key Secret; retrying", "error", err)
 			wait = s.cfg.RetryInterval
 		}
-		t.Stop()
-		t.Reset(min(max(wait, time.Second), s.cfg.Resync))
-	}
+		return min(max(wait, time.Second), s.cfg.Resync)
+	})
 }
 
 // reconcile reads the Secret, writes the rotated Set when it differs (or

@@ -126,7 +126,7 @@ func TestReplicasShareOneRootAndPublishIt(t *testing.T) {
 
 	// An operator plugs in a CA: every replica switches without restart,
 	// the Authority gets it, and the ConfigMaps follow.
-	files, plugCA, plugRoot := kubetest.Plugged(t, "operator")
+	files, plugCA, plugRoot := testkit.Plugged(t, "operator")
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cacerts", Namespace: caNS}, Data: files}
 	if _, err := client.CoreV1().Secrets(caNS).Create(context.Background(), sec, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

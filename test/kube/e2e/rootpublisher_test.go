@@ -113,7 +113,7 @@ func TestRootPublisherWhateverHoldsTheKey(t *testing.T) {
 			return b
 		}},
 		{"ca-dir", func(t *testing.T) *keystore.Bundle {
-			files, _, _ := pluggedCA(t)
+			files, _, _ := testkit.Plugged(t, "operator")
 			dir := t.TempDir()
 			for name, data := range files {
 				if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {

@@ -77,8 +77,12 @@ type Config struct {
 type Server struct {
 	secretv3.UnimplementedSecretDiscoveryServiceServer
 
+	// The socket's life: Listen, Ready, SocketPath and Run (unixsock's:
+	// listen, serve, a bounded Stop, removal; proxies reconnect to the
+	// next agent).
+	*unixsock.Server
+
 	src     Source
-	sock    *unixsock.Server
 	log     *slog.Logger
 	clock   clock.Clock
 	metrics *metrics
@@ -133,30 +137,13 @@ func New(cfg Config) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	secretv3.RegisterSecretDiscoveryServiceServer(s.grpc, s)
-	// The socket's life (listen, serve, a bounded Stop, removal) is
-	// unixsock.Server's; proxies reconnect to the next agent.
-	s.sock = unixsock.NewServer(unixsock.ServerConfig{
+	s.Server = unixsock.NewServer(unixsock.ServerConfig{
 		Name: "sds", Label: "SDS", Path: cfg.SocketPath, Mode: mode, Serve: s.grpc,
 		ShutdownTimeout: shutdown, Clock: s.clock, Logger: log,
 	})
 	return s, nil
 }
 
-// Listen creates the socket (see Config). It is called by Run when needed;
-// calling it first lets the caller know the socket accepts connections
-// before Run. It fails when another agent serves on the socket.
-func (s *Server) Listen() error { return s.sock.Listen() }
-
 // debug reports whether debug logs are wanted, so that hot paths build no
 // log arguments for nothing.
 func (s *Server) debug() bool { return s.log.Enabled(context.Background(), slog.LevelDebug) }
-
-// Ready is closed once the socket listens.
-func (s *Server) Ready() <-chan struct{} { return s.sock.Ready() }
-
-// SocketPath returns the socket's path.
-func (s *Server) SocketPath() string { return s.sock.Path() }
-
-// Run serves until ctx is done, then closes every stream and removes the
-// socket. It returns nil after ctx ends.
-func (s *Server) Run(ctx context.Context) error { return s.sock.Run(ctx) }

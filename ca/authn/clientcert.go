@@ -37,11 +37,8 @@ type ClientCertConfig struct {
 // ClientCert lets a workload renew its own identity with the still-valid
 // certificate this CA issued to it.
 type ClientCert struct {
-	td            spiffeid.TrustDomain
-	aliases       []spiffeid.TrustDomain
-	roots         func() []*x509.Certificate
-	intermediates func() []*x509.Certificate
-	clock         clock.Clock
+	cfg   ClientCertConfig // validated, the aliases copied
+	clock clock.Clock
 }
 
 // NewClientCert validates cfg and returns a client-certificate authenticator.
@@ -55,7 +52,8 @@ func NewClientCert(cfg ClientCertConfig) (*ClientCert, error) {
 	if slices.ContainsFunc(cfg.TrustDomainAliases, spiffeid.TrustDomain.IsZero) {
 		return nil, errors.New("authn: empty trust domain alias")
 	}
-	return &ClientCert{td: cfg.TrustDomain, aliases: slices.Clone(cfg.TrustDomainAliases), roots: cfg.Roots, intermediates: cfg.Intermediates, clock: clock.OrReal(cfg.Clock)}, nil
+	cfg.TrustDomainAliases = slices.Clone(cfg.TrustDomainAliases)
+	return &ClientCert{cfg: cfg, clock: clock.OrReal(cfg.Clock)}, nil
 }
 
 // Authenticate verifies creds.PeerCertificates as an X509-SVID of this
@@ -70,8 +68,8 @@ func (c *ClientCert) Authenticate(_ context.Context, creds Credentials) (*Caller
 		return nil, ca.Errorf(ca.KindUnauthenticated, "clientcert: the client certificate lacks the clientAuth usage")
 	}
 	chain := creds.PeerCertificates
-	if c.intermediates != nil {
-		chain = append(slices.Clone(chain), c.intermediates()...)
+	if c.cfg.Intermediates != nil {
+		chain = append(slices.Clone(chain), c.cfg.Intermediates()...)
 	}
 	// An X509-SVID of this trust domain or an alias only; other trust
 	// domains have no roots here.
@@ -81,7 +79,7 @@ func (c *ClientCert) Authenticate(_ context.Context, creds Credentials) (*Caller
 	}
 	sa, err := identity.FromID(id)
 	if err != nil {
-		return nil, ca.Errorf(ca.KindUnauthenticated, "clientcert: the client certificate's SPIFFE ID is not of the form spiffe://%s/ns/<namespace>/sa/<service-account>", c.td)
+		return nil, ca.Errorf(ca.KindUnauthenticated, "clientcert: the client certificate's SPIFFE ID is not of the form spiffe://%s/ns/<namespace>/sa/<service-account>", c.cfg.TrustDomain)
 	}
 	return &Caller{Namespace: sa.Namespace, ServiceAccount: sa.Name, Method: MethodClientCert, Expiry: leaf.NotAfter, Certificate: leaf}, nil
 }
@@ -89,9 +87,9 @@ func (c *ClientCert) Authenticate(_ context.Context, creds Credentials) (*Caller
 // verify verifies chain as an X509-SVID of the trust domain, or else of
 // one of its aliases, against this CA's roots.
 func (c *ClientCert) verify(chain []*x509.Certificate) (spiffeid.ID, error) {
-	roots, now := c.roots(), c.clock.Now()
-	id, err := certs.VerifySVID(chain, c.td, roots, now)
-	for _, td := range c.aliases {
+	roots, now := c.cfg.Roots(), c.clock.Now()
+	id, err := certs.VerifySVID(chain, c.cfg.TrustDomain, roots, now)
+	for _, td := range c.cfg.TrustDomainAliases {
 		if err == nil {
 			break
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
+	"github.com/meshid/meshid/ca/kube/election"
 	"github.com/meshid/meshid/ca/kube/jwtsecret"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/rotation"
@@ -201,7 +202,7 @@ func (s *Server) newJWTKeys() error {
 	cfg := s.cfg
 	if s.kc != nil {
 		store, err := jwtsecret.New(jwtsecret.Config{
-			Client: s.kc.controllers, Namespace: cfg.Namespace, Identity: cfg.PodName,
+			Client: s.kc.controllers, Namespace: cfg.Namespace, Candidate: election.Candidate{Identity: cfg.PodName},
 			Lifetime: cfg.JWTKeyLifetime, TTL: cfg.JWTSVIDTTL,
 			Clock: cfg.Clock, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		})

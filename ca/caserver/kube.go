@@ -12,6 +12,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube"
 	kubeclient "github.com/meshid/meshid/ca/kube/client"
+	"github.com/meshid/meshid/ca/kube/election"
 	kubeapi "github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/rotation"
 )
@@ -58,7 +59,7 @@ func newKubeStack(cfg Config, kc kubeapi.Interface, roots kube.RootSource) (*kub
 	kcfg := kube.Config{
 		Client:            kc,
 		Namespace:         cfg.Namespace,
-		Identity:          cfg.PodName,
+		Candidate:         election.Candidate{Identity: cfg.PodName},
 		TrustDomain:       cfg.TrustDomain.Name(),
 		RootKeyType:       cfg.RootKeyType,
 		DisablePublisher:  cfg.DisableRootConfigMap,

@@ -51,7 +51,10 @@ type Config struct {
 	// never the one that sends TokenReviews. Required.
 	Client    kubeclient.Interface
 	Namespace string // the CA's namespace (POD_NAMESPACE); required
-	Identity  string // this replica, e.g. the pod name; required
+	// Candidate is the CA's Lease (LeaseName "" = "meshid-ca"), this
+	// replica (Identity, e.g. the pod name; required) and the election's
+	// timing (0 = 15s lease, 10s renew deadline, 2s retry period).
+	election.Candidate
 	// TrustDomain names the self-signed root; required without Roots.
 	TrustDomain string
 
@@ -77,11 +80,6 @@ type Config struct {
 	SecretName        string // "" = "meshid-ca"
 	PluggedSecretName string // "" = "cacerts"
 	ConfigMapName     string // "" = "istio-ca-root-cert"
-	LeaseName         string // "" = "meshid-ca"
-
-	LeaseDuration time.Duration // 0 = 15s
-	RenewDeadline time.Duration // 0 = 10s
-	RetryPeriod   time.Duration // 0 = 2s
 
 	Clock      clock.Clock           // nil = real time
 	Logger     *slog.Logger          // nil discards logs
@@ -141,16 +139,12 @@ func New(cfg Config) (*Controller, error) {
 	// back and forth.
 	var err error
 	c.elector, err = election.New(election.Config{
-		Client:        cfg.Client,
-		Namespace:     cfg.Namespace,
-		LeaseName:     cfg.LeaseName,
-		Identity:      cfg.Identity,
-		LeaseDuration: cfg.LeaseDuration,
-		RenewDeadline: cfg.RenewDeadline,
-		RetryPeriod:   cfg.RetryPeriod,
-		Lead:          c.lead,
-		Logger:        log,
-		Registerer:    cfg.Registerer,
+		Client:     cfg.Client,
+		Namespace:  cfg.Namespace,
+		Candidate:  cfg.Candidate,
+		Lead:       c.lead,
+		Logger:     log,
+		Registerer: cfg.Registerer,
 	})
 	if err != nil {
 		return nil, err
@@ -210,20 +204,13 @@ func (c *Controller) Run(ctx context.Context) error {
 // the publisher without telling it.
 func (c *Controller) followRoots(ctx context.Context) {
 	var last *keystore.Bundle
-	t := c.clock.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
+	clock.Loop(ctx, c.clock, 0, nil, func(context.Context) time.Duration {
 		if b := c.roots.Bundle(); b != nil && b != last {
 			c.publisher.SetRoots(b.Roots) // a no-op when the roots did not change
 			last = b
 		}
-		t.Reset(c.poll)
-	}
+		return c.poll
+	})
 }
 
 // lead runs the leader-only tasks until ctx ends.

@@ -18,6 +18,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube"
+	"github.com/meshid/meshid/ca/kube/election"
 	"github.com/meshid/meshid/ca/kube/internal/kubetest"
 	"github.com/meshid/meshid/ca/kubeclient/fake"
 	"github.com/meshid/meshid/certs"
@@ -56,16 +57,18 @@ func (s *setter) last() *x509.Certificate {
 	return s.got[len(s.got)-1]
 }
 
+// fast is replica id's candidacy with an election quick enough for tests.
+func fast(id string) election.Candidate {
+	return election.Candidate{Identity: id, LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
+}
+
 func newController(t *testing.T, client *fake.Clientset, id string) *kube.Controller {
 	t.Helper()
 	c, err := kube.New(kube.Config{
-		Client:        client,
-		Namespace:     caNS,
-		Identity:      id,
-		TrustDomain:   "cluster.local",
-		LeaseDuration: time.Second,
-		RenewDeadline: 500 * time.Millisecond,
-		RetryPeriod:   100 * time.Millisecond,
+		Client:      client,
+		Namespace:   caNS,
+		Candidate:   fast(id),
+		TrustDomain: "cluster.local",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +126,7 @@ func TestReplicasShareOneRootAndPublishIt(t *testing.T) {
 
 	// An operator plugs in a CA: every replica switches without restart,
 	// the Authority gets it, and the ConfigMaps follow.
-	files, plugCA, plugRoot := kubetest.Plugged(t, "operator")
+	files, plugCA, plugRoot := testkit.Plugged(t, "operator")
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cacerts", Namespace: caNS}, Data: files}
 	if _, err := client.CoreV1().Secrets(caNS).Create(context.Background(), sec, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -200,7 +203,7 @@ func TestBindKeepsGoingWhenTheSetterRejects(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	client := fake.NewClientset()
-	ok := kube.Config{Client: client, Namespace: caNS, Identity: "ca-0", TrustDomain: "cluster.local"}
+	ok := kube.Config{Client: client, Namespace: caNS, Candidate: election.Candidate{Identity: "ca-0"}, TrustDomain: "cluster.local"}
 	tests := []struct {
 		name   string
 		modify func(*kube.Config)
@@ -245,14 +248,11 @@ func selfSignedBundle(t *testing.T, org string) *keystore.Bundle {
 func newRootsController(t *testing.T, client *fake.Clientset, id string, src kube.RootSource, clk clock.Clock, modify func(*kube.Config)) *kube.Controller {
 	t.Helper()
 	cfg := kube.Config{
-		Client:        client,
-		Namespace:     caNS,
-		Identity:      id,
-		Roots:         src,
-		Clock:         clk,
-		LeaseDuration: time.Second,
-		RenewDeadline: 500 * time.Millisecond,
-		RetryPeriod:   100 * time.Millisecond,
+		Client:    client,
+		Namespace: caNS,
+		Candidate: fast(id),
+		Roots:     src,
+		Clock:     clk,
 	}
 	if modify != nil {
 		modify(&cfg)
@@ -334,8 +334,8 @@ func TestPublisherSwitchedOff(t *testing.T) {
 	})
 	t.Run("key in a Secret: the store still runs", func(t *testing.T) {
 		client := fake.NewClientset(namespace(caNS), namespace("app"))
-		c, err := kube.New(kube.Config{Client: client, Namespace: caNS, Identity: "ca-0", TrustDomain: "cluster.local",
-			DisablePublisher: true, LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond})
+		c, err := kube.New(kube.Config{Client: client, Namespace: caNS, Candidate: fast("ca-0"), TrustDomain: "cluster.local",
+			DisablePublisher: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"context"
 	"slices"
 	"sort"
 	"sync"
@@ -235,5 +236,28 @@ func Within(c Clock, d time.Duration, f func()) bool {
 		return true
 	case <-timer.C():
 		return false
+	}
+}
+
+// Loop runs step after first and then again after each wait step returns,
+// or sooner when wake receives (a nil wake never does), until ctx ends. It
+// is the one periodic loop of meshid's background tasks (a select on ctx
+// and one timer of c), so that each task writes only its step. A step
+// that sees ctx end may return anything: Loop returns before calling it
+// again.
+func Loop(ctx context.Context, c Clock, first time.Duration, wake <-chan struct{}, step func(context.Context) time.Duration) {
+	t := c.NewTimer(first)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-wake:
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		t.Reset(step(ctx))
 	}
 }

@@ -1,10 +1,13 @@
 package clock_test
 
 import (
+	"context"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 func TestFakeTimers(t *testing.T) {
@@ -116,5 +119,72 @@ func TestWithin(t *testing.T) {
 	f.Add(time.Nanosecond)
 	if <-res {
 		t.Fatal("Within reported a blocked function as returned")
+	}
+}
+
+// Loop steps first after the first wait, then after each wait its step
+// returns, at once on a wake, and never again once ctx ends.
+func TestLoop(t *testing.T) {
+	f := clock.NewFake(time.Unix(0, 0))
+	ctx, cancel := context.WithCancel(context.Background())
+	steps := make(chan time.Time)
+	wake := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		clock.Loop(ctx, f, time.Second, wake, func(context.Context) time.Duration {
+			steps <- f.Now()
+			return 3 * time.Second
+		})
+	}()
+	step := func(want time.Duration) {
+		t.Helper()
+		select {
+		case at := <-steps:
+			if got := at.Sub(time.Unix(0, 0)); got != want {
+				t.Fatalf("step at %v, want %v", got, want)
+			}
+		case <-time.After(testkit.Guard):
+			t.Fatalf("no step within %v, want one at %v", testkit.Guard, want)
+		}
+	}
+	notYet := func() {
+		t.Helper()
+		select {
+		case at := <-steps:
+			t.Fatalf("early step at %v", at.Sub(time.Unix(0, 0)))
+		default:
+		}
+	}
+	f.WaitForWaiters(1, nil)
+	f.Add(time.Second - time.Nanosecond)
+	notYet()
+	f.Add(time.Nanosecond)
+	step(time.Second)
+	f.WaitForWaiters(1, nil)
+	f.Add(3*time.Second - time.Nanosecond)
+	notYet()
+	select {
+	case wake <- struct{}{}: // a wake steps at once and waits the step's time again
+	case <-time.After(testkit.Guard):
+		t.Fatal("Loop did not take the wake")
+	}
+	step(4*time.Second - time.Nanosecond)
+	giveUp := time.Now().Add(testkit.Guard)
+	for d, _ := f.NextDeadline(); !d.Equal(time.Unix(7, -1)); d, _ = f.NextDeadline() {
+		if time.Now().After(giveUp) {
+			t.Fatalf("timer at %v after the woken step, want 7s-1ns", d.Sub(time.Unix(0, 0)))
+		}
+		runtime.Gosched() // until Loop re-arms its timer after the step
+	}
+	f.Add(3 * time.Second)
+	step(7*time.Second - time.Nanosecond)
+	f.WaitForWaiters(1, nil)
+	cancel()
+	<-done
+	f.Add(time.Hour)
+	notYet()
+	if n := f.Waiters(); n != 0 {
+		t.Errorf("%d timers left after Loop returned", n)
 	}
 }

@@ -3,6 +3,7 @@ package testkit
 import (
 	"context"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"log/slog"
 	"testing"
 	"time"
@@ -63,4 +64,31 @@ func (s AuthoritySigner) Sign(ctx context.Context, req *x509.CertificateRequest,
 		return nil, nil, err
 	}
 	return append([]*x509.Certificate{iss.Leaf}, iss.Chain...), iss.Roots, nil
+}
+
+// Plugged returns the files of an operator's CA in Istio's cacerts layout
+// (what `kubectl create secret generic cacerts` or a mounted --ca-dir
+// holds): an intermediate (ca-cert.pem, the key that signs) under a new
+// root, named name. It returns the intermediate and the root.
+func Plugged(t testing.TB, name string) (files map[string][]byte, inter, root *x509.Certificate) {
+	t.Helper()
+	now := time.Now()
+	root, rootKey := Root(t, certs.CASpec{Subject: pkix.Name{CommonName: name + " root"},
+		NotBefore: now.Add(-time.Hour), TTL: 48 * time.Hour, MaxPathLen: -1})
+	key := Key(t, certs.ECP256)
+	inter, err := certs.NewIntermediateCA(certs.CASpec{Subject: pkix.Name{CommonName: name + " intermediate"}, Key: key,
+		NotBefore: now.Add(-time.Hour), TTL: 24 * time.Hour, MaxPathLen: 0}, root, rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := certs.EncodePrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]byte{
+		keystore.CACertFile:    certs.EncodeCertificates(inter),
+		keystore.CAKeyFile:     keyPEM,
+		keystore.CertChainFile: certs.EncodeCertificates(inter, root),
+		keystore.RootCertFile:  certs.EncodeCertificates(root),
+	}, inter, root
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
@@ -212,5 +213,21 @@ func TestRoot(t *testing.T) {
 	}
 	if _, ok := key.Public().(*ecdsa.PublicKey); !ok {
 		t.Fatalf("key %T, want ECDSA", key.Public())
+	}
+}
+
+// Plugged's files are a CA the keystore loads as it would an operator's
+// cacerts: the intermediate signs, under the root it returns.
+func TestPlugged(t *testing.T) {
+	files, inter, root := testkit.Plugged(t, "op")
+	b, err := keystore.LoadFiles(files, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Cert.Equal(inter) || len(b.Roots) != 1 || !b.Roots[0].Equal(root) {
+		t.Fatalf("loaded CA %q under %d roots, want the intermediate %q under the root %q", b.Cert.Subject, len(b.Roots), inter.Subject, root.Subject)
+	}
+	if inter.Subject.CommonName != "op intermediate" || root.Subject.CommonName != "op root" {
+		t.Errorf("names %q, %q", inter.Subject.CommonName, root.Subject.CommonName)
 	}
 }

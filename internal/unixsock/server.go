@@ -44,6 +44,8 @@ type ServerConfig struct {
 // Server serves a gRPC server on one of the agent's sockets: Listen creates
 // the socket, Run serves until its context ends, stops the gRPC server
 // within the shutdown timeout and removes the socket (only if still ours).
+// The servers on the sockets (sds, sds/workloadapi) embed it, so that its
+// methods are theirs.
 type Server struct {
 	cfg   ServerConfig
 	log   *slog.Logger
@@ -95,8 +97,8 @@ func (s *Server) Listen() error {
 // Ready is closed once the socket listens.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
-// Path returns the socket's path.
-func (s *Server) Path() string { return s.cfg.Path }
+// SocketPath returns the socket's path.
+func (s *Server) SocketPath() string { return s.cfg.Path }
 
 // Run serves until ctx is done, then closes every connection and removes
 // the socket. It returns nil after ctx ends.

@@ -350,17 +350,10 @@ func (c *jwtCache) run(ctx context.Context) {
 		return
 	case <-c.wanted:
 	}
-	t := c.clock.NewTimer(c.refresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
+	clock.Loop(ctx, c.clock, c.refresh, nil, func(ctx context.Context) time.Duration {
 		_, _ = c.fetchBundle(ctx, c.bundle.Load(), true)
-		t.Reset(c.refresh)
-	}
+		return c.refresh
+	})
 }
 
 // parseJWTBundles parses the CA's bundles; Version is a hash of them all.

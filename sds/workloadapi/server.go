@@ -86,8 +86,10 @@ type Config struct {
 type Server struct {
 	workloadpb.UnimplementedSpiffeWorkloadAPIServer
 
+	// The socket's life: Listen, Ready, SocketPath and Run (unixsock's).
+	*unixsock.Server
+
 	src      Source
-	sock     *unixsock.Server
 	maxConns int
 	log      *slog.Logger
 	clock    clock.Clock
@@ -142,7 +144,7 @@ func New(cfg Config) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	workloadpb.RegisterSpiffeWorkloadAPIServer(s.grpc, s)
-	s.sock = unixsock.NewServer(unixsock.ServerConfig{
+	s.Server = unixsock.NewServer(unixsock.ServerConfig{
 		Name: "workloadapi", Label: "Workload API", Path: cfg.SocketPath, Mode: cfg.SocketMode, Serve: s.grpc,
 		// A connection beyond the cap is closed at once (see connlimit),
 		// so that clients fail fast instead of queueing unanswered.
@@ -153,11 +155,6 @@ func New(cfg Config) (*Server, error) {
 	})
 	return s, nil
 }
-
-// Listen creates the socket (see Config). Run calls it when needed; calling
-// it first lets the caller know the socket accepts connections before Run.
-// It fails when another agent serves on the socket.
-func (s *Server) Listen() error { return s.sock.Listen() }
 
 // refuseConn counts a connection refused by the cap and warns at most once
 // a minute (with the count since the last warning), so that a client
@@ -176,13 +173,3 @@ func (s *Server) refuseConn(string) {
 	s.warnMu.Unlock()
 	s.log.Warn("Workload API connections refused: too many open", "max_connections", s.maxConns, "refused", n)
 }
-
-// Ready is closed once the socket listens.
-func (s *Server) Ready() <-chan struct{} { return s.sock.Ready() }
-
-// SocketPath returns the socket's path.
-func (s *Server) SocketPath() string { return s.sock.Path() }
-
-// Run serves until ctx is done, then closes every stream and removes the
-// socket. It returns nil after ctx ends.
-func (s *Server) Run(ctx context.Context) error { return s.sock.Run(ctx) }

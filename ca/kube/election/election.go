@@ -34,8 +34,25 @@ const retryMargin = 1.2
 type Config struct {
 	Client    kubeclient.Interface // required
 	Namespace string               // the CA's namespace, where the Lease lives; required
-	LeaseName string               // "" = DefaultLeaseName
-	Identity  string               // this replica's identity, e.g. the pod name; required
+	Candidate
+
+	// Lead runs while this replica holds the Lease. Its context is cancelled
+	// when leadership is lost or Run's context ends; Lead must return soon
+	// after. Required.
+	Lead func(ctx context.Context)
+
+	Clock      clock.Clock           // nil = the wall clock
+	Logger     *slog.Logger          // nil discards logs
+	Registerer prometheus.Registerer // nil = no metrics
+}
+
+// Candidate is a replica's part in an election: which Lease, who it is,
+// and the election's timing. The components that elect (ca/kube's
+// Controller, ca/kube/jwtsecret's Store) embed it in their Config and hand
+// it on as it is.
+type Candidate struct {
+	LeaseName string // "" = DefaultLeaseName
+	Identity  string // this replica's identity, e.g. the pod name; required
 
 	// LeaseDuration is how long the others wait, from when they last saw
 	// the Lease change, before they take it over. It is written to the Lease
@@ -47,15 +64,6 @@ type Config struct {
 	// RetryPeriod is the time between two attempts to take or renew the
 	// Lease. 0 = DefaultRetryPeriod.
 	RetryPeriod time.Duration
-
-	// Lead runs while this replica holds the Lease. Its context is cancelled
-	// when leadership is lost or Run's context ends; Lead must return soon
-	// after. Required.
-	Lead func(ctx context.Context)
-
-	Clock      clock.Clock           // nil = the wall clock
-	Logger     *slog.Logger          // nil discards logs
-	Registerer prometheus.Registerer // nil = no metrics
 }
 
 // Elector campaigns for the Lease and runs Config.Lead while leading.

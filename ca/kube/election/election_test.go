@@ -151,7 +151,7 @@ func (w *world) candidate(id string) *candidate {
 	e, err := election.New(election.Config{
 		Client:     cutOff{w.client, &c.cut, &w.gate},
 		Namespace:  ns,
-		Identity:   id,
+		Candidate:  election.Candidate{Identity: id},
 		Clock:      w.clk,
 		Registerer: c.reg,
 		Lead: func(ctx context.Context) {
@@ -646,7 +646,7 @@ func TestMalformedLease(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	client := fake.NewClientset()
 	lead := func(context.Context) {}
-	ok := election.Config{Client: client, Namespace: ns, Identity: "x", Lead: lead}
+	ok := election.Config{Client: client, Namespace: ns, Candidate: election.Candidate{Identity: "x"}, Lead: lead}
 	tests := []struct {
 		name   string
 		modify func(*election.Config)

@@ -46,10 +46,12 @@ var ErrNotLoaded = errors.New("jwtsecret: no JWT signing keys loaded from the Se
 type Config struct {
 	Client    kubeclient.Interface // the controllers' client; required
 	Namespace string               // the CA's namespace; required
-	Identity  string               // this replica (the pod name); required
+	// Candidate is this Store's Lease (LeaseName "" = DefaultLeaseName),
+	// this replica (Identity, the pod name; required) and the election's
+	// timing (0 = the election package's defaults).
+	election.Candidate
 
 	SecretName string // "" = DefaultSecretName
-	LeaseName  string // "" = DefaultLeaseName
 
 	// Lifetime of each key; 0 means jwtkeys.DefaultLifetime.
 	Lifetime time.Duration
@@ -58,9 +60,6 @@ type Config struct {
 
 	RetryInterval time.Duration // 0 = DefaultRetryInterval
 	Resync        time.Duration // 0 = DefaultResync
-
-	// The leader election's timing; 0 = the election package's defaults.
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 
 	Clock      clock.Clock           // nil = real time
 	Logger     *slog.Logger          // nil discards logs
@@ -126,15 +125,11 @@ func New(cfg Config) (*Store, error) {
 	// The CA's own Lease (ca/kube) has its own leader gauge; this one
 	// registers none, so the two never collide in one registry.
 	s.elector, err = election.New(election.Config{
-		Client:        cfg.Client,
-		Namespace:     cfg.Namespace,
-		LeaseName:     cfg.LeaseName,
-		Identity:      cfg.Identity,
-		LeaseDuration: cfg.LeaseDuration,
-		RenewDeadline: cfg.RenewDeadline,
-		RetryPeriod:   cfg.RetryPeriod,
-		Lead:          s.lead,
-		Logger:        log,
+		Client:    cfg.Client,
+		Namespace: cfg.Namespace,
+		Candidate: cfg.Candidate,
+		Lead:      s.lead,
+		Logger:    log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jwtsecret: %w", err)
@@ -232,26 +227,17 @@ func (s *Store) load(obj any) {
 
 // lead keeps the Secret's Set current while this replica holds the Lease.
 func (s *Store) lead(ctx context.Context) {
-	t := s.clock.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		case <-s.poke:
-		}
+	clock.Loop(ctx, s.clock, 0, s.poke, func(ctx context.Context) time.Duration {
 		wait, err := s.reconcile(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return 0 // Loop returns
 			}
 			s.log.Error("cannot write the JWT signing key Secret; retrying", "error", err)
 			wait = s.cfg.RetryInterval
 		}
-		t.Stop()
-		t.Reset(min(max(wait, time.Second), s.cfg.Resync))
-	}
+		return min(max(wait, time.Second), s.cfg.Resync)
+	})
 }
 
 // reconcile reads the Secret, writes the rotated Set when it differs (or

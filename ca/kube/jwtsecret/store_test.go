@@ -18,6 +18,7 @@ import (
 
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/jwtkeys"
+	"github.com/meshid/meshid/ca/kube/election"
 	"github.com/meshid/meshid/ca/kube/internal/kubetest"
 	"github.com/meshid/meshid/ca/kube/jwtsecret"
 	"github.com/meshid/meshid/internal/clock"
@@ -45,10 +46,9 @@ func start(t *testing.T, client *fake.Clientset, clk clock.Clock, identity strin
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	s, err := jwtsecret.New(jwtsecret.Config{
-		Client: client, Namespace: ns, Identity: identity,
-		Lifetime: life, TTL: ttl,
-		LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond,
-		Clock: clk, Registerer: reg,
+		Client: client, Namespace: ns, Lifetime: life, TTL: ttl,
+		Candidate: election.Candidate{Identity: identity, LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond},
+		Clock:     clk, Registerer: reg,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -251,13 +251,14 @@ func TestLeaderRepairsTheSecret(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	client := fake.NewClientset()
+	a := election.Candidate{Identity: "a"}
 	for name, cfg := range map[string]jwtsecret.Config{
-		"no client":     {Namespace: ns, Identity: "a", TTL: ttl},
-		"no namespace":  {Client: client, Identity: "a", TTL: ttl},
+		"no client":     {Namespace: ns, Candidate: a, TTL: ttl},
+		"no namespace":  {Client: client, Candidate: a, TTL: ttl},
 		"no identity":   {Client: client, Namespace: ns, TTL: ttl},
-		"no ttl":        {Client: client, Namespace: ns, Identity: "a"},
-		"short life":    {Client: client, Namespace: ns, Identity: "a", TTL: ttl, Lifetime: time.Minute},
-		"negative wait": {Client: client, Namespace: ns, Identity: "a", TTL: ttl, RetryInterval: -1},
+		"no ttl":        {Client: client, Namespace: ns, Candidate: a},
+		"short life":    {Client: client, Namespace: ns, Candidate: a, TTL: ttl, Lifetime: time.Minute},
+		"negative wait": {Client: client, Namespace: ns, Candidate: a, TTL: ttl, RetryInterval: -1},
 	} {
 		if _, err := jwtsecret.New(cfg); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -294,8 +294,8 @@ func TestInvalidContentIsIgnored(t *testing.T) {
 
 func TestPluggedSecretTakesPrecedence(t *testing.T) {
 	selfFiles, selfRoot := kubetest.SelfSigned(t, "self")
-	plugFiles, plugCA, plugRoot := kubetest.Plugged(t, "plugged")
-	plug2Files, plug2CA, _ := kubetest.Plugged(t, "plugged-2")
+	plugFiles, plugCA, plugRoot := testkit.Plugged(t, "plugged")
+	plug2Files, plug2CA, _ := testkit.Plugged(t, "plugged-2")
 
 	// Both exist at start: cacerts wins, and the self-signed one is never
 	// served in between.
@@ -339,7 +339,7 @@ func TestPluggedSecretTakesPrecedence(t *testing.T) {
 func TestInvalidPluggedSecretIsNotReplacedBySelfSigned(t *testing.T) {
 	// An operator's broken cacerts must not silently fall back to another CA.
 	selfFiles, _ := kubetest.SelfSigned(t, "self")
-	plugFiles, plugCA, _ := kubetest.Plugged(t, "plugged")
+	plugFiles, plugCA, _ := testkit.Plugged(t, "plugged")
 	h := newHarness(t, secret(secretstore.DefaultSecretName, selfFiles),
 		secret(secretstore.DefaultPluggedSecretName, without(plugFiles, keystore.CAKeyFile)))
 	h.run(h.store.Run)
@@ -374,7 +374,7 @@ func TestBootstrapRecreatesWhenBothAreGone(t *testing.T) {
 }
 
 func TestBootstrapDoesNotCreateWhenPluggedExists(t *testing.T) {
-	plugFiles, plugCA, _ := kubetest.Plugged(t, "plugged")
+	plugFiles, plugCA, _ := testkit.Plugged(t, "plugged")
 	h := newHarness(t, secret(secretstore.DefaultPluggedSecretName, plugFiles))
 	if err := h.store.EnsureRoot(context.Background()); err != nil {
 		t.Fatal(err)

@@ -137,7 +137,7 @@ func TestKubeCARotationZeroFailedHandshakes(t *testing.T) {
 	kubeconfig := deployRBAC(t)
 	resetCAState(t)
 	t.Cleanup(func() { resetCAState(t) })
-	oldFiles, oldRoot, _ := pluggedCA(t)
+	oldFiles, _, oldRoot := testkit.Plugged(t, "operator")
 	secrets := cluster.Client().CoreV1().Secrets(caNamespace)
 	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: pluggedSecret, Namespace: caNamespace}, Data: oldFiles}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -169,7 +169,7 @@ func TestKubeCARotationZeroFailedHandshakes(t *testing.T) {
 	}
 	hs := &testkit.Handshakes{Server: startKubeAgent(t, replicas[0], w.pod, caRoot, ttl), Client: startKubeAgent(t, replicas[1], otherPod, caRoot, ttl)}
 
-	newFiles, newRoot, _ := pluggedCA(t)
+	newFiles, _, newRoot := testkit.Plugged(t, "operator")
 	var (
 		phases             = map[string]bool{}
 		unionSeen, rotated bool

@@ -48,13 +48,10 @@ func TestElection(t *testing.T) {
 		}
 		el := &elector{id: id, done: make(chan struct{})}
 		el.e, err = election.New(election.Config{
-			Client:        clients.Controllers,
-			Namespace:     caNamespace,
-			Identity:      id,
-			LeaseDuration: leaseDuration,
-			RenewDeadline: renewDeadline,
-			RetryPeriod:   retryPeriod,
-			Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("elector", id),
+			Client:    clients.Controllers,
+			Namespace: caNamespace,
+			Candidate: election.Candidate{Identity: id, LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod},
+			Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("elector", id),
 			Lead: func(ctx context.Context) {
 				el.running.Add(1)
 				defer el.running.Add(-1)

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/test/kube/harness"
 )
 
@@ -130,39 +130,6 @@ func sameSet(a, b []*x509.Certificate) bool {
 
 func sameCerts(a, b []*x509.Certificate) bool {
 	return slices.EqualFunc(a, b, (*x509.Certificate).Equal)
-}
-
-// pluggedCA makes an operator's CA in Istio's cacerts layout: a root and an
-// intermediate that signs.
-func pluggedCA(t *testing.T) (files map[string][]byte, root, inter *x509.Certificate) {
-	t.Helper()
-	rootKey, err := certs.GenerateKey(certs.ECP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	root, err = certs.NewRootCA(certs.CASpec{Subject: pkix.Name{Organization: []string{"cluster.local"}, CommonName: "operator root"}, Key: rootKey, NotBefore: now.Add(-time.Hour), TTL: 24 * time.Hour, MaxPathLen: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	interKey, err := certs.GenerateKey(certs.ECP256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inter, err = certs.NewIntermediateCA(certs.CASpec{Subject: pkix.Name{Organization: []string{"cluster.local"}, CommonName: "operator intermediate"}, Key: interKey, NotBefore: now.Add(-time.Hour), TTL: 12 * time.Hour, MaxPathLen: 0}, root, rootKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, err := certs.EncodePrivateKey(interKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return map[string][]byte{
-		keystore.CACertFile:    certs.EncodeCertificates(inter),
-		keystore.CAKeyFile:     keyPEM,
-		keystore.CertChainFile: certs.EncodeCertificates(inter, root),
-		keystore.RootCertFile:  certs.EncodeCertificates(root),
-	}, root, inter
 }
 
 // deployRBAC applies deploy/'s namespace, ServiceAccount and RBAC for real,
@@ -370,7 +337,7 @@ func TestKubeCA(t *testing.T) {
 		eventually(t, wait, "every namespace has the old and the new root", func(ctx context.Context) error { return everyConfigMapHolds(ctx, union) })
 	})
 
-	plugged, pRoot, pInter := pluggedCA(t)
+	plugged, pInter, pRoot := testkit.Plugged(t, "operator")
 	t.Run("cacerts takes precedence", func(t *testing.T) {
 		_, err := cluster.Client().CoreV1().Secrets(caNamespace).Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: pluggedSecret, Namespace: caNamespace},

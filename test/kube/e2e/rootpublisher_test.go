@@ -23,6 +23,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube"
 	kubeclient "github.com/meshid/meshid/ca/kube/client"
+	"github.com/meshid/meshid/ca/kube/election"
 	"github.com/meshid/meshid/ca/kube/rootpublisher"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
@@ -58,12 +59,9 @@ func startReplica(t *testing.T, kubeconfig, id string, authority *ca.Authority, 
 	r.ctrl, err = kube.New(kube.Config{
 		Client:            clients.Controllers,
 		Namespace:         caNamespace,
-		Identity:          id,
+		Candidate:         election.Candidate{Identity: id, LeaseDuration: 5 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 250 * time.Millisecond},
 		Roots:             authority,
 		PublishNamespaces: sel,
-		LeaseDuration:     5 * time.Second,
-		RenewDeadline:     3 * time.Second,
-		RetryPeriod:       250 * time.Millisecond,
 		Clock:             clk,
 		Logger:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("replica", id),
 		Registerer:        r.reg,
@@ -115,7 +113,7 @@ func TestRootPublisherWhateverHoldsTheKey(t *testing.T) {
 			return b
 		}},
 		{"ca-dir", func(t *testing.T) *keystore.Bundle {
-			files, _, _ := pluggedCA(t)
+			files, _, _ := testkit.Plugged(t, "operator")
 			dir := t.TempDir()
 			for name, data := range files {
 				if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {

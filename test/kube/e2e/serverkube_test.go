@@ -22,6 +22,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube/rootpublisher"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // These tests run the real `meshid server` binary with its own flags
@@ -158,7 +159,7 @@ func TestServerPublishesRoot(t *testing.T) {
 				roots = b.Roots
 				args = append(args, "--state-dir", state)
 			case "ca-dir":
-				files, root, _ := pluggedCA(t)
+				files, _, root := testkit.Plugged(t, "operator")
 				mounted = newMountedSecret(t, files)
 				roots = []*x509.Certificate{root}
 				args = append(args, "--ca-dir", mounted.dir)
@@ -201,7 +202,7 @@ func TestServerPublishesRoot(t *testing.T) {
 				// The operator rotates the cacerts Secret: the kubelet swaps
 				// the mount, every replica reloads it, and the ConfigMaps
 				// carry the new root with the old one.
-				files, root2, _ := pluggedCA(t)
+				files, _, root2 := testkit.Plugged(t, "operator")
 				next := []*x509.Certificate{root2, roots[0]}
 				files[keystore.RootCertFile] = certs.EncodeCertificates(next...)
 				mounted.update(t, files)

@@ -96,14 +96,19 @@ func TestRotationNeverServesExpired(t *testing.T) {
 
 // checkBackoff advances the clock deadline by deadline while the CA
 // fails and checks each retry delay against base·2^n capped at max, less up
-// to 20% jitter.
+// to 20% jitter, and that the jitter shortened them (each by a random
+// fraction in [0, 0.2): all of them unshortened has odds of 2^-53 each).
 func checkBackoff(t *testing.T, f *fixture, want []time.Duration) {
 	t.Helper()
+	shortened := 0
 	for i, w := range want {
 		now := f.clock.Now()
 		d := f.parked(t).Sub(now)
 		if d > w || d < w-w/5 {
 			t.Fatalf("retry %d after %v, want %v less up to 20%% jitter", i+1, d, w)
+		}
+		if d < w {
+			shortened++
 		}
 		calls := f.ca.calls.Load()
 		f.clock.Add(d)
@@ -111,6 +116,9 @@ func checkBackoff(t *testing.T, f *fixture, want []time.Duration) {
 		if f.ca.calls.Load() != calls+1 {
 			t.Fatalf("retry %d did not reach the CA", i+1)
 		}
+	}
+	if shortened == 0 {
+		t.Fatalf("none of %d retries was shortened by jitter: agents failing together would retry in step", len(want))
 	}
 	f.parked(t) // the last failure has been handled
 }

@@ -205,6 +205,22 @@ func TestValidateJWTSVID(t *testing.T) {
 	if got := ca.fetches.Load() - before; got > 1 {
 		t.Errorf("%d bundle fetches for 1,000 forged tokens", got)
 	}
+	// The next fetch is 30s after the last one, not earlier.
+	fetchesAfter := func(d time.Duration) int64 {
+		t.Helper()
+		f.clock.Add(d)
+		before := ca.fetches.Load()
+		if _, err := f.m.ValidateJWTSVID(t.Context(), forge(t, svid, ""), "orders"); !errors.Is(err, secretcache.ErrInvalidJWT) {
+			t.Fatalf("unknown key: %v", err)
+		}
+		return ca.fetches.Load() - before
+	}
+	if n := fetchesAfter(30*time.Second - time.Nanosecond); n != 0 {
+		t.Errorf("%d bundle fetches for a forged token 30s less 1ns after the last fetch, want 0", n)
+	}
+	if n := fetchesAfter(time.Nanosecond); n != 1 {
+		t.Errorf("%d bundle fetches for a forged token 30s after the last fetch, want 1", n)
+	}
 }
 
 // forge signs svid's claims with a fresh key: with svid's key ID when

@@ -396,3 +396,38 @@ func TestWatchCancelConcurrently(t *testing.T) {
 		t.Fatalf("%d topics held after every cancel, want %d", topics, topics0)
 	}
 }
+
+// Renewal moves by up to ±Jitter of the lifetime around the grace point
+// (±1% by default), so that agents started together do not renew
+// together; a negative Jitter renews exactly at the grace point.
+func TestRenewalJitter(t *testing.T) {
+	const ttl = 24 * time.Hour
+	offset := func(jitter float64) time.Duration { // of the renewal from the grace point
+		t.Helper()
+		f := newFixture(t, func(c *secretcache.Config) { c.TTL = ttl; c.Jitter = jitter })
+		s := mustSecret(t, f.m, secretcache.DefaultName)
+		f.run(t)
+		return f.parked(t).Sub(s.Chain[0].NotBefore.Add(ttl / 2))
+	}
+	if d := offset(-1); d != 0 {
+		t.Errorf("jitter disabled: renewal %v from the grace point, want 0", d)
+	}
+	for _, tc := range []struct {
+		jitter float64
+		max    time.Duration
+	}{{0, ttl / 100}, {0.2, ttl / 5}} {
+		moved := 0
+		for range 5 {
+			d := offset(tc.jitter)
+			if d.Abs() > tc.max {
+				t.Errorf("jitter %v: renewal %v from the grace point, want at most ±%v", tc.jitter, d, tc.max)
+			}
+			if d != 0 {
+				moved++
+			}
+		}
+		if moved == 0 { // odds of 2^-53 each
+			t.Errorf("jitter %v: 5 renewals all at the grace point", tc.jitter)
+		}
+	}
+}

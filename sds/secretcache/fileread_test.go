@@ -1,6 +1,7 @@
 package secretcache_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -169,16 +170,13 @@ func TestFileSpecialFilesRefused(t *testing.T) {
 }
 
 // A file above the size limit is read no further than the limit and not
-// served; one at the limit is.
+// served; one at the limit is, to its last byte.
 func TestFileSizeLimit(t *testing.T) {
 	dir := t.TempDir()
 	p := newPair(t, "root")
-	pad := func(n int) []byte { // a valid bundle padded with blank lines to n bytes
-		b := append([]byte(nil), p.certPEM...)
-		for len(b) < n {
-			b = append(b, '\n')
-		}
-		return b
+	pad := func(n int) []byte { // a valid bundle after blank lines, n bytes, its last the END line's last '-'
+		pem := bytes.TrimSuffix(p.certPEM, []byte("\n"))
+		return append(bytes.Repeat([]byte("\n"), n-len(pem)), pem...)
 	}
 	writeFile(t, filepath.Join(dir, "big.pem"), pad(secretcache.DefaultMaxFileSecretSize+1))
 	writeFile(t, filepath.Join(dir, "max.pem"), pad(secretcache.DefaultMaxFileSecretSize))
@@ -288,6 +286,42 @@ func (w warnOnly) Handle(ctx context.Context, r slog.Record) error {
 func (w warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{w.h.WithAttrs(as)} }
 func (w warnOnly) WithGroup(g string) slog.Handler       { return warnOnly{w.h.WithGroup(g)} }
 
+// tee passes each record on to every handler that takes its level.
+type tee []slog.Handler
+
+func (t tee) Enabled(ctx context.Context, l slog.Level) bool {
+	for _, h := range t {
+		if h.Enabled(ctx, l) {
+			return true
+		}
+	}
+	return false
+}
+func (t tee) Handle(ctx context.Context, r slog.Record) error {
+	for _, h := range t {
+		if h.Enabled(ctx, r.Level) {
+			if err := h.Handle(ctx, r.Clone()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+func (t tee) WithAttrs(as []slog.Attr) slog.Handler {
+	out := make(tee, len(t))
+	for i, h := range t {
+		out[i] = h.WithAttrs(as)
+	}
+	return out
+}
+func (t tee) WithGroup(g string) slog.Handler {
+	out := make(tee, len(t))
+	for i, h := range t {
+		out[i] = h.WithGroup(g)
+	}
+	return out
+}
+
 // The attack: names in directories that do not exist, each of which made
 // a warning that its directory cannot be watched. No warning for those.
 func TestAbsentDirectoriesDoNotFloodTheLog(t *testing.T) {
@@ -295,7 +329,7 @@ func TestAbsentDirectoriesDoNotFloodTheLog(t *testing.T) {
 	warns := testkit.NewLogRecorder()
 	f := newFixture(t, func(c *secretcache.Config) {
 		c.FileSecretDirs = []string{dir}
-		c.Logger = slog.New(warnOnly{warns})
+		c.Logger = slog.New(tee{c.Logger.Handler(), warnOnly{warns}}) // f.logs gets every record
 	})
 	f.run(t)
 	p := newPair(t, "root")
@@ -308,6 +342,9 @@ func TestAbsentDirectoriesDoNotFloodTheLog(t *testing.T) {
 	ch := watch(t, f.m, secretcache.FileRootPrefix+filepath.Join(dir, "root.pem"))
 	mustSecret(t, f.m, secretcache.FileRootPrefix+filepath.Join(dir, "root.pem"))
 	receive(t, ch, "first load")
+	// Its directory is the only one watched; the change below would be
+	// missed if written before (the watcher may start after Watch).
+	f.logs.WaitForContaining(t, "watching directory", 1)
 	writeFile(t, filepath.Join(dir, "root.pem"), newPair(t, "next").certPEM)
 	receive(t, ch, "change")
 	if n := warns.CountContaining("cannot watch directory"); n != 0 {

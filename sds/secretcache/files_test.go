@@ -242,3 +242,55 @@ func TestFileCertKeyInOtherDir(t *testing.T) {
 		t.Fatal("push after the key was written does not hold the new pair")
 	}
 }
+
+// A new pair written cert first and key last, the key in place (cp, an
+// editor: no rename, so the only events are on the key file itself), is
+// served once the key is written; whether the names are the files or
+// symbolic links to files beside them, whose events carry the targets'
+// names.
+func TestFileCertKeyRewrittenInPlace(t *testing.T) {
+	for _, layout := range []string{"files", "links"} {
+		t.Run(layout, func(t *testing.T) {
+			dir := t.TempDir()
+			certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+			certFile, keyFile := certPath, keyPath // the files written
+			if layout == "links" {
+				certFile, keyFile = filepath.Join(dir, "cert-1.pem"), filepath.Join(dir, "key-1.pem")
+				mustSymlink(t, "cert-1.pem", certPath)
+				mustSymlink(t, "key-1.pem", keyPath)
+			}
+			p1, p2 := newPair(t, "one"), newPair(t, "two")
+			writeFile(t, certFile, p1.certPEM)
+			writeFile(t, keyFile, p1.keyPEM)
+			name := secretcache.FileCertPrefix + certPath + "~" + keyPath
+			// A file in another directory, written after the cert: once
+			// its change is pushed, every event of the cert's write was
+			// handled (one watcher, one queue of events).
+			marker := filepath.Join(t.TempDir(), "marker.pem")
+			writeFile(t, marker, newPair(t, "marker").certPEM)
+
+			f := newFixture(t, nil)
+			ch := watch(t, f.m, name)
+			markerCh := watch(t, f.m, secretcache.FileRootPrefix+marker)
+			if v1 := mustSecret(t, f.m, name); !v1.Chain[0].Equal(p1.cert) {
+				t.Fatal("first load does not hold the first pair")
+			}
+			mustSecret(t, f.m, secretcache.FileRootPrefix+marker)
+			receive(t, ch, "first load")
+			receive(t, markerCh, "first load of the marker")
+			f.run(t)
+			f.logs.WaitForContaining(t, "watching directory", 2)
+
+			writeFile(t, certFile, p2.certPEM) // the old key does not match it: not served
+			writeFile(t, marker, newPair(t, "marker-2").certPEM)
+			receive(t, markerCh, "marker changed")
+			if err := os.WriteFile(keyFile, p2.keyPEM, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			v2 := receive(t, ch, "key rewritten in place")
+			if !v2.Chain[0].Equal(p2.cert) || !certs.KeyMatches(v2.Chain[0].PublicKey, v2.Key) {
+				t.Fatal("push after the key was rewritten does not hold the new pair")
+			}
+		})
+	}
+}

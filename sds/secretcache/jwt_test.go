@@ -2,6 +2,8 @@ package secretcache_test
 
 import (
 	"context"
+	"crypto"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -203,6 +205,22 @@ func TestValidateJWTSVID(t *testing.T) {
 	if got := ca.fetches.Load() - before; got > 1 {
 		t.Errorf("%d bundle fetches for 1,000 forged tokens", got)
 	}
+	// The next fetch is 30s after the last one, not earlier.
+	fetchesAfter := func(d time.Duration) int64 {
+		t.Helper()
+		f.clock.Add(d)
+		before := ca.fetches.Load()
+		if _, err := f.m.ValidateJWTSVID(t.Context(), forge(t, svid, ""), "orders"); !errors.Is(err, secretcache.ErrInvalidJWT) {
+			t.Fatalf("unknown key: %v", err)
+		}
+		return ca.fetches.Load() - before
+	}
+	if n := fetchesAfter(30*time.Second - time.Nanosecond); n != 0 {
+		t.Errorf("%d bundle fetches for a forged token 30s less 1ns after the last fetch, want 0", n)
+	}
+	if n := fetchesAfter(time.Nanosecond); n != 1 {
+		t.Errorf("%d bundle fetches for a forged token 30s after the last fetch, want 1", n)
+	}
 }
 
 // forge signs svid's claims with a fresh key: with svid's key ID when
@@ -259,5 +277,96 @@ func TestJWTUnavailableWithoutSigner(t *testing.T) {
 	}
 	if _, err := f.m.ValidateJWTSVID(t.Context(), "a.b.c", "a"); !errors.Is(err, secretcache.ErrJWTUnavailable) {
 		t.Errorf("ValidateJWTSVID: %v", err)
+	}
+}
+
+// keyJWT is a JWT signer whose bundle holds keys the test holds (one key
+// under several key IDs), so that the test can sign tokens of any shape.
+// It mints nothing.
+type keyJWT struct {
+	key  crypto.Signer
+	kids []string
+}
+
+func newKeyJWT(t *testing.T) *keyJWT {
+	return &keyJWT{key: testkit.Key(t, certs.ECP256), kids: []string{"k", "kk", "kkk", "kkkk"}}
+}
+
+func (k *keyJWT) MintJWTSVID(context.Context, spiffeid.ID, []string) (string, error) {
+	return "", errors.New("keyJWT mints nothing")
+}
+
+func (k *keyJWT) FetchJWTBundles(context.Context) (map[string][]byte, error) {
+	var set jose.JSONWebKeySet
+	for _, kid := range k.kids {
+		set.Keys = append(set.Keys, jose.JSONWebKey{Key: k.key.Public(), KeyID: kid, Algorithm: string(jose.ES256), Use: "jwt-svid"})
+	}
+	b, err := json.Marshal(set)
+	return map[string][]byte{testTD.IDString(): b}, err
+}
+
+// sign signs claims with the key under kid, with header typ unless empty.
+func (k *keyJWT) sign(t *testing.T, kid, typ string, claims map[string]any) string {
+	t.Helper()
+	opts := (&jose.SignerOptions{}).WithHeader("kid", kid)
+	if typ != "" {
+		opts = opts.WithType(jose.ContentType(typ))
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: k.key}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := jwt.Signed(signer).Claims(claims).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// sized returns a token for testID and audience "orders", valid at now,
+// of exactly size bytes (padded with a claim; the key ID's length moves
+// the total by one, which base64 of the claims alone cannot always).
+func (k *keyJWT) sized(t *testing.T, now time.Time, size int) string {
+	t.Helper()
+	claims := map[string]any{"sub": testID.String(), "aud": "orders", "exp": now.Add(time.Minute).Unix()}
+	for _, kid := range k.kids {
+		claims["pad"] = ""
+		base := len(k.sign(t, kid, "", claims))
+		for n := max(0, (size-base)*3/4-4); n < (size-base)*3/4+4; n++ {
+			claims["pad"] = strings.Repeat("p", n)
+			if tok := k.sign(t, kid, "", claims); len(tok) == size {
+				return tok
+			}
+		}
+	}
+	t.Fatalf("no token of %d bytes", size)
+	return ""
+}
+
+// A token is accepted up to MaxJWTSize bytes exactly, with typ JWT, JOSE
+// or none; a byte more, or another typ, is refused.
+func TestValidateJWTSVIDSizeAndType(t *testing.T) {
+	signer := newKeyJWT(t)
+	f := newFixture(t, func(c *secretcache.Config) { c.JWTSigner = signer })
+	ctx := t.Context()
+	now := f.clock.Now()
+	if _, err := f.m.ValidateJWTSVID(ctx, signer.sized(t, now, secretcache.MaxJWTSize), "orders"); err != nil {
+		t.Errorf("a token of exactly MaxJWTSize bytes: %v", err)
+	}
+	_, err := f.m.ValidateJWTSVID(ctx, signer.sized(t, now, secretcache.MaxJWTSize+1), "orders")
+	if !errors.Is(err, secretcache.ErrInvalidJWT) || !strings.Contains(err.Error(), "more than the limit") {
+		t.Errorf("a token of MaxJWTSize+1 bytes: %v", err)
+	}
+	claims := map[string]any{"sub": testID.String(), "aud": "orders", "exp": now.Add(time.Minute).Unix()}
+	for _, typ := range []string{"", "JWT", "JOSE"} {
+		if _, err := f.m.ValidateJWTSVID(ctx, signer.sign(t, "k", typ, claims), "orders"); err != nil {
+			t.Errorf("typ %q: %v", typ, err)
+		}
+	}
+	for _, typ := range []string{"jwt", "JWS", "at+jwt"} {
+		_, err := f.m.ValidateJWTSVID(ctx, signer.sign(t, "k", typ, claims), "orders")
+		if !errors.Is(err, secretcache.ErrInvalidJWT) || !strings.Contains(err.Error(), "typ") {
+			t.Errorf("typ %q: %v, want refused for its typ", typ, err)
+		}
 	}
 }

@@ -35,6 +35,7 @@ func TestNewValidates(t *testing.T) {
 		{"negative ttl", secretcache.Config{Signer: ca, ID: testID, TTL: -time.Second}},
 		{"grace above 1", secretcache.Config{Signer: ca, ID: testID, GraceRatio: 1.5}},
 		{"huge jitter", secretcache.Config{Signer: ca, ID: testID, Jitter: 0.6}},
+		{"jitter at the limit", secretcache.Config{Signer: ca, ID: testID, Jitter: 0.5}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,6 +43,15 @@ func TestNewValidates(t *testing.T) {
 				t.Fatal("New accepted an invalid config")
 			}
 		})
+	}
+	// The edges that are valid: renewal at expiry, jitter just under 0.5.
+	for _, cfg := range []secretcache.Config{
+		{Signer: ca, ID: testID, GraceRatio: 1},
+		{Signer: ca, ID: testID, Jitter: 0.49},
+	} {
+		if _, err := secretcache.New(cfg); err != nil {
+			t.Errorf("New(GraceRatio %v, Jitter %v): %v", cfg.GraceRatio, cfg.Jitter, err)
+		}
 	}
 }
 

@@ -96,14 +96,19 @@ func TestRotationNeverServesExpired(t *testing.T) {
 
 // checkBackoff advances the clock deadline by deadline while the CA
 // fails and checks each retry delay against base·2^n capped at max, less up
-// to 20% jitter.
+// to 20% jitter, and that the jitter shortened them (each by a random
+// fraction in [0, 0.2): all of them unshortened has odds of 2^-53 each).
 func checkBackoff(t *testing.T, f *fixture, want []time.Duration) {
 	t.Helper()
+	shortened := 0
 	for i, w := range want {
 		now := f.clock.Now()
 		d := f.parked(t).Sub(now)
 		if d > w || d < w-w/5 {
 			t.Fatalf("retry %d after %v, want %v less up to 20%% jitter", i+1, d, w)
+		}
+		if d < w {
+			shortened++
 		}
 		calls := f.ca.calls.Load()
 		f.clock.Add(d)
@@ -111,6 +116,9 @@ func checkBackoff(t *testing.T, f *fixture, want []time.Duration) {
 		if f.ca.calls.Load() != calls+1 {
 			t.Fatalf("retry %d did not reach the CA", i+1)
 		}
+	}
+	if shortened == 0 {
+		t.Fatalf("none of %d retries was shortened by jitter: agents failing together would retry in step", len(want))
 	}
 	f.parked(t) // the last failure has been handled
 }
@@ -386,5 +394,40 @@ func TestWatchCancelConcurrently(t *testing.T) {
 	held()
 	if topics, _ := f.m.Held(); topics != topics0 {
 		t.Fatalf("%d topics held after every cancel, want %d", topics, topics0)
+	}
+}
+
+// Renewal moves by up to ±Jitter of the lifetime around the grace point
+// (±1% by default), so that agents started together do not renew
+// together; a negative Jitter renews exactly at the grace point.
+func TestRenewalJitter(t *testing.T) {
+	const ttl = 24 * time.Hour
+	offset := func(jitter float64) time.Duration { // of the renewal from the grace point
+		t.Helper()
+		f := newFixture(t, func(c *secretcache.Config) { c.TTL = ttl; c.Jitter = jitter })
+		s := mustSecret(t, f.m, secretcache.DefaultName)
+		f.run(t)
+		return f.parked(t).Sub(s.Chain[0].NotBefore.Add(ttl / 2))
+	}
+	if d := offset(-1); d != 0 {
+		t.Errorf("jitter disabled: renewal %v from the grace point, want 0", d)
+	}
+	for _, tc := range []struct {
+		jitter float64
+		max    time.Duration
+	}{{0, ttl / 100}, {0.2, ttl / 5}} {
+		moved := 0
+		for range 5 {
+			d := offset(tc.jitter)
+			if d.Abs() > tc.max {
+				t.Errorf("jitter %v: renewal %v from the grace point, want at most ±%v", tc.jitter, d, tc.max)
+			}
+			if d != 0 {
+				moved++
+			}
+		}
+		if moved == 0 { // odds of 2^-53 each
+			t.Errorf("jitter %v: 5 renewals all at the grace point", tc.jitter)
+		}
 	}
 }

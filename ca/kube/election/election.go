@@ -44,7 +44,14 @@ type Config struct {
 	Clock      clock.Clock           // nil = the wall clock
 	Logger     *slog.Logger          // nil discards logs
 	Registerer prometheus.Registerer // nil = no metrics
+	// LeaderMetric names the gauge that is 1 while this replica leads:
+	// each Lease its own, so that two electors share a registry. Default
+	// DefaultLeaderMetric (the CA's Lease).
+	LeaderMetric string
 }
+
+// DefaultLeaderMetric is the leader gauge of the CA's own Lease.
+const DefaultLeaderMetric = "meshid_ca_leader"
 
 // Candidate is a replica's part in an election: which Lease, who it is,
 // and the election's timing. The components that elect (ca/kube's
@@ -112,8 +119,8 @@ func New(cfg Config) (*Elector, error) {
 		leases: cfg.Client.CoordinationV1().Leases(cfg.Namespace),
 		log:    log.With("component", "election", "lease", cfg.Namespace+"/"+cfg.LeaseName, "identity", cfg.Identity),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "meshid_ca_leader",
-			Help: "1 while this CA replica holds the leader Lease, else 0.",
+			Name: cmp.Or(cfg.LeaderMetric, DefaultLeaderMetric),
+			Help: "1 while this CA replica holds the Lease " + cfg.LeaseName + ", else 0.",
 		}),
 	}
 	if cfg.Registerer != nil {

@@ -122,20 +122,27 @@ func New(cfg Config) (*Store, error) {
 	if err := metric.Register(cfg.Registerer, s.loads, s.writes); err != nil {
 		return nil, fmt.Errorf("jwtsecret: register metrics: %w", err)
 	}
-	// The CA's own Lease (ca/kube) has its own leader gauge; this one
-	// registers none, so the two never collide in one registry.
+	// The CA's own Lease (ca/kube) has the default leader gauge; this
+	// Lease's is LeaderMetric, so the two share a registry.
 	s.elector, err = election.New(election.Config{
 		Client:    cfg.Client,
 		Namespace: cfg.Namespace,
 		Candidate: cfg.Candidate,
 		Lead:      s.lead,
 		Logger:    log,
+
+		Registerer:   cfg.Registerer,
+		LeaderMetric: LeaderMetric,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jwtsecret: %w", err)
 	}
 	return s, nil
 }
+
+// LeaderMetric is the gauge that is 1 while this replica holds the JWT
+// key Lease (and so writes the key Secret).
+const LeaderMetric = "meshid_jwt_key_leader"
 
 // Keys returns the last valid Set loaded from the Secret, or ErrNotLoaded.
 // It never rotates: the Issuer picks the key that signs now from the Set.

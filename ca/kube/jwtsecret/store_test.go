@@ -140,9 +140,12 @@ func TestReplicasSignWithTheSameKeys(t *testing.T) {
 		ka, kb := keyIDs(a), keyIDs(b)
 		return len(ka) == 2 && slices.Equal(ka, kb) && ka[0] == first[1]
 	})
-	leader := a
+	leader, other := a, b
 	if b.store.IsLeader() {
-		leader = b
+		leader, other = b, a
+	}
+	if l, o := testkit.Metric(t, leader.reg, jwtsecret.LeaderMetric), testkit.Metric(t, other.reg, jwtsecret.LeaderMetric); l != 1 || o != 0 {
+		t.Errorf("%s: leader %v, other %v; want 1 and 0", jwtsecret.LeaderMetric, l, o)
 	}
 	if w := testkit.Metric(t, leader.reg, "meshid_jwt_key_secret_writes_total"); w != 3 {
 		t.Errorf("the leader wrote %v times, want 3 (create, rotate, retire)", w)

@@ -185,6 +185,11 @@ func (r *Rotation) Follow(data []byte) error {
 	if !changed {
 		return nil
 	}
+	if ns.current != r.st.current {
+		r.log.Info("new CA active: the leader signs with it, so this replica does too",
+			"subject", ns.current.Cert.Subject.String())
+		return r.commitLocked(ns, "activated")
+	}
 	if len(ns.roots()) != len(r.st.roots()) {
 		return r.commitLocked(ns, stepFollowed)
 	}
@@ -193,14 +198,24 @@ func (r *Rotation) Follow(data []byte) error {
 	return nil
 }
 
-// adoptLocked applies the last shared record to s.
+// adoptLocked applies the last shared record to s. When the leader signs
+// with the CA s has prepared, the result signs with it too: the leader
+// activated it (at the shared time, or early by `meshid certs activate`),
+// and every replica follows at once, so one activation on the leader is
+// enough.
 func (r *Rotation) adoptLocked(s state, now time.Time) (state, bool) {
 	rec := r.shared
-	if rec == nil || rec.Signing != fingerprint(s.current.Cert) && rec.Prepared != fingerprint(s.current.Cert) {
-		return s, false // a record of another CA: nothing to share yet
+	if rec == nil {
+		return s, false
 	}
 	ns := s.clone()
 	changed := false
+	if ns.next != nil && rec.Signing == fingerprint(ns.next.Cert) {
+		ns, changed = ns.switchTo(ns.next, now, r.cfg.RetireAfter), true
+	}
+	if rec.Signing != fingerprint(ns.current.Cert) && rec.Prepared != fingerprint(ns.current.Cert) {
+		return s, false // a record of another CA: nothing to share yet
+	}
 	if ns.next != nil && rec.Signing == fingerprint(ns.current.Cert) && rec.Prepared == fingerprint(ns.next.Cert) {
 		if at := r.sharedActivation(rec, now); !at.Equal(ns.activateAt) {
 			ns.preparedAt, ns.activateAt, changed = rec.PreparedAt, at, true

@@ -388,6 +388,61 @@ func TestFollowSharesTheLeadersClock(t *testing.T) {
 	}
 }
 
+// `meshid certs activate` on the leader activates every replica: a
+// follower that prepared the same CA signs with it as soon as the leader's
+// record says the leader does, long before its own activation time, and
+// keeps the old root as retiring; a follower that sees the record before
+// the CA itself activates the CA the moment it arrives.
+func TestFollowTheLeadersEarlyActivation(t *testing.T) {
+	oldR := newRoot(t, "old root", t0.Add(-time.Hour), 10*365*24*time.Hour)
+	newR := newRoot(t, "new root", t0.Add(-time.Hour), 10*365*24*time.Hour)
+	oldCA, newCA := oldR.intermediate(t, "old"), newR.intermediate(t, "new")
+	leader, st := persisted(t, oldCA, nil)
+	follower, _ := persisted(t, oldCA, nil)
+	for _, w := range []*world{leader, follower} {
+		if err := w.rot.SetBundle(newCA); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := follower.rot.Follow(st.last(t, rotation.Prepared)); err != nil {
+		t.Fatal(err)
+	}
+	leader.clk.Set(t0.Add(time.Minute)) // well before the propagation
+	if err := leader.rot.Activate(); err != nil {
+		t.Fatal(err)
+	}
+	active := st.last(t, rotation.Active)
+	follower.clk.Set(t0.Add(time.Minute + time.Second))
+	if err := follower.rot.Follow(active); err != nil {
+		t.Fatal(err)
+	}
+	s := follower.rot.Status()
+	if s.Phase != rotation.Active || s.Steps["activated"] != 1 {
+		t.Fatalf("follower after the leader's activation: phase %v, steps %v; want active, activated once", s.Phase, s.Steps)
+	}
+	if follower.auth.Bundle().Cert != newCA.Cert {
+		t.Fatal("the follower's authority does not sign with the new CA")
+	}
+	wantRoots(t, follower, []string{"new root", "old root"})
+
+	// The record before the CA.
+	late, _ := persisted(t, oldCA, nil)
+	late.clk.Set(t0.Add(2 * time.Minute))
+	if err := late.rot.Follow(active); err != nil {
+		t.Fatal(err)
+	}
+	if s := late.rot.Status(); s.Phase == rotation.Active {
+		t.Fatal("active before it has the new CA")
+	}
+	if err := late.rot.SetBundle(newCA); err != nil {
+		t.Fatal(err)
+	}
+	if s := late.rot.Status(); s.Phase != rotation.Active || late.auth.Bundle().Cert != newCA.Cert {
+		t.Fatalf("the CA the leader signs with, offered after its record: phase %v, want active at once", s.Phase)
+	}
+	wantRoots(t, late, []string{"new root", "old root"})
+}
+
 // writerStore refuses to write (rotation.ErrNotWriter) until it becomes
 // the writer, like a replica that is not the leader yet.
 type writerStore struct {

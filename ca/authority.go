@@ -348,18 +348,23 @@ func (a *Authority) audit(ctx context.Context, msg string, leaf *x509.Certificat
 	if !a.log.Enabled(ctx, slog.LevelInfo) {
 		return // the attributes cost a serial-to-hex conversion and allocations per certificate
 	}
-	attrs := []slog.Attr{
+	// The record is built here and handed to the handler, as
+	// Logger.LogAttrs would, but without the caller's program counter
+	// (runtime.Callers on every certificate; no handler of meshid adds
+	// the source), and with its first five attributes inline.
+	r := slog.NewRecord(time.Now(), slog.LevelInfo, msg, 0)
+	r.AddAttrs(
 		slog.String("serial", leaf.SerialNumber.Text(16)),
 		slog.String("spiffe_id", id),
 		slog.String("caller", caller),
 		slog.Time("not_after", leaf.NotAfter),
 		slog.String("key", certs.KeyTypeOf(leaf.PublicKey)),
-	}
+	)
 	if renewal != nil {
-		attrs = append(attrs, slog.String("renewed_serial", renewal.SerialNumber.Text(16)))
+		r.AddAttrs(slog.String("renewed_serial", renewal.SerialNumber.Text(16)))
 	}
 	if len(leaf.DNSNames) > 0 {
-		attrs = append(attrs, slog.Any("dns_names", leaf.DNSNames))
+		r.AddAttrs(slog.Any("dns_names", leaf.DNSNames))
 	}
-	a.log.LogAttrs(ctx, slog.LevelInfo, msg, attrs...)
+	_ = a.log.Handler().Handle(ctx, r) // as Logger.LogAttrs, a handler's error is dropped
 }

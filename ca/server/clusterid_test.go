@@ -142,3 +142,61 @@ func TestClusterIDHeaderOfJWTRequests(t *testing.T) {
 		t.Fatalf("%d bad ClusterIDs reached authentication", n-calls)
 	}
 }
+
+// TestClusterInLogs: a certificate for a caller proved by a remote
+// cluster's API server is logged (at debug) with that cluster, and only
+// then; a refused request's log line names the ClusterID the request sent,
+// and has no cluster_id when it sent none.
+func TestClusterInLogs(t *testing.T) {
+	logs := testkit.NewLogRecorder()
+	e := newEnv(t, envOpts{
+		auths: func(*env) []authn.Authenticator {
+			return []authn.Authenticator{callers{
+				"local":  {Namespace: "shop", ServiceAccount: "cart", Method: authn.MethodTokenReview},
+				"remote": {Namespace: "shop", ServiceAccount: "cart", Cluster: "east-1", Method: authn.MethodTokenReview},
+			}}
+		},
+		cfg: func(c *server.Config) { c.Logger = logs.Logger() },
+	})
+	c := e.client(t, "localhost", nil)
+	csr := csrFor(t, testkit.Key(t, certs.ECP256), sid("shop", "cart"), nil)
+	call := func(token, csr string, md map[string]any) error {
+		s, err := structpb.NewStruct(md)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.CreateCertificate(withToken(context.Background(), token), &securityv1alpha1.IstioCertificateRequest{Csr: csr, Metadata: s})
+		return err
+	}
+	const remoteLine = "certificate request from a remote cluster cluster_id=east-1 caller=shop/cart (tokenreview, cluster east-1)"
+	if err := call("local", csr, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs.Count("certificate request from a remote cluster"); n != 0 {
+		t.Fatalf("a local caller logged as remote:\n%s", logs.All())
+	}
+	if err := call("remote", csr, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs.Count(remoteLine); n != 1 {
+		t.Fatalf("%d lines %q in:\n%s", n, remoteLine, logs.All())
+	}
+
+	const refused = "certificate request refused"
+	if err := call("local", "not a CSR", map[string]any{"ClusterID": "west-2"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("bad CSR: %v", err)
+	}
+	if err := call("local", "not a CSR", nil); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("bad CSR: %v", err)
+	}
+	lines := strings.Split(logs.All(), "\n")
+	var got []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, refused) {
+			got = append(got, l)
+		}
+	}
+	if len(got) != 2 || !strings.HasSuffix(got[0], " cluster_id=west-2") || strings.Contains(got[1], "cluster_id") {
+		t.Fatalf("refusal lines, want the first only with cluster_id=west-2:\n%s", strings.Join(got, "\n"))
+	}
+}

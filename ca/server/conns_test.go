@@ -132,6 +132,12 @@ func TestFirstRequestTimeout(t *testing.T) {
 	// behaves; without them a regression would hang instead of failing.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	// The connection that made a request has stopped its first-request
+	// timer (as has newEnv's readiness probe, closed): the idle one's will
+	// be the only timer on the clock. Checked here because after the clock
+	// moves, a served connection closed by mistake is not seen at once (the
+	// client notices later, and then reconnects for its next call).
+	waitUntil(t, func() bool { return clk.Waiters() == 0 })
 	_, idle := e.clientFrom(t, "127.0.0.2")
 	idle.Connect()
 	for s := idle.GetState(); s != connectivity.Ready; s = idle.GetState() {

@@ -135,7 +135,7 @@ func (s *Server) impersonate(ctx context.Context, caller *authn.Caller, req *sec
 	case len(uris) != 1:
 		return id, "", ca.Errorf(ca.KindInvalidArgument, "an impersonation CSR must carry exactly one URI SAN, the impersonated identity; it has %d", len(uris))
 	case uris[0].String() != target.String():
-		return id, "", ca.Errorf(ca.KindPermissionDenied, "impersonation refused: condition 4 (identity): the CSR asks for %q but %s names %s", clipInput(uris[0].String()), ImpersonatedIdentityKey, target)
+		return id, "", ca.Errorf(ca.KindPermissionDenied, "impersonation refused: condition 4 (identity): the CSR asks for %q but %s names %s", clipInput(uris[0].String()), ImpersonatedIdentityKey, clipInput(target.String()))
 	}
 	if err := s.nodeAuth.Authorize(ctx, caller, target); err != nil {
 		return id, "", err

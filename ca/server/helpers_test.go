@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,6 +42,9 @@ type env struct {
 	srv       *server.Server
 	reg       *prometheus.Registry
 	addr      string
+	// stop ends Run and returns its error; the test's cleanup calls it
+	// when the test has not.
+	stop func() error
 }
 
 type envOpts struct {
@@ -124,9 +128,12 @@ func newEnv(t testing.TB, o envOpts) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.srv.Run(ctx) }()
-	t.Cleanup(func() {
+	e.stop = sync.OnceValue(func() error {
 		cancel()
-		if err := <-done; err != nil {
+		return <-done
+	})
+	t.Cleanup(func() {
+		if err := e.stop(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})

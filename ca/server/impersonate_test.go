@@ -173,6 +173,7 @@ func TestImpersonation(t *testing.T) {
 		{"not a workload path", "ztunnel-a", "spiffe://cluster.local/admin", map[string]any{"ImpersonatedIdentity": "spiffe://cluster.local/admin"}, codes.PermissionDenied, "condition 4"},
 		{"huge value", "ztunnel-a", web, map[string]any{"ImpersonatedIdentity": huge}, codes.InvalidArgument, "2048-byte limit"},
 		{"just over the limit", "ztunnel-a", web, map[string]any{"ImpersonatedIdentity": web + strings.Repeat("a", 2049-len(web))}, codes.InvalidArgument, "2048-byte limit"},
+		{"at the limit: read, and quoted clipped", "ztunnel-a", web, map[string]any{"ImpersonatedIdentity": web + strings.Repeat("a", 2048-len(web))}, codes.PermissionDenied, "names " + (web + strings.Repeat("a", 2048))[:128] + "..."},
 		{"not a SPIFFE ID", "ztunnel-a", web, map[string]any{"ImpersonatedIdentity": "prod/web"}, codes.InvalidArgument, "not a SPIFFE ID"},
 		{"dot segments", "ztunnel-a", web, map[string]any{"ImpersonatedIdentity": "spiffe://cluster.local/ns/prod/sa/../../ns/kube-system/sa/admin"}, codes.InvalidArgument, "not a SPIFFE ID"},
 		{"https scheme", "ztunnel-a", web, map[string]any{"ImpersonatedIdentity": "https://cluster.local/ns/prod/sa/web"}, codes.InvalidArgument, "not a SPIFFE ID"},

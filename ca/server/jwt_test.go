@@ -124,3 +124,31 @@ func TestJWTServiceOffWithoutIssuer(t *testing.T) {
 		t.Errorf("err = %v, want Unimplemented", err)
 	}
 }
+
+// TestMintJWTSVIDSpiffeIDLimits: a spiffe_id of up to 2048 bytes (the
+// SPIFFE ID limit) is read and, naming another identity, refused with
+// PermissionDenied; a longer one is InvalidArgument. The refusal quotes
+// the requested ID whole up to 128 bytes, and clipped after.
+func TestMintJWTSVIDSpiffeIDLimits(t *testing.T) {
+	e, c := jwtEnv(t, nil)
+	ctx := withToken(t.Context(), e.token(t, "shop", "cart"))
+	id := func(n int) string {
+		prefix := "spiffe://cluster.local/ns/shop/sa/"
+		return prefix + strings.Repeat("a", n-len(prefix))
+	}
+	for _, tc := range []struct {
+		id   string
+		want codes.Code
+		msg  string // in the message
+	}{
+		{id(128), codes.PermissionDenied, `, not "` + id(128) + `"`},
+		{id(129), codes.PermissionDenied, `, not "` + id(129)[:128] + `..."`},
+		{id(server.MaxImpersonatedIdentity), codes.PermissionDenied, `, not "` + id(128) + `..."`},
+		{id(server.MaxImpersonatedIdentity + 1), codes.InvalidArgument, "2049 bytes, more than the 2048-byte limit"},
+	} {
+		_, err := c.MintJWTSVID(ctx, &workloadpb.JWTSVIDRequest{Audience: []string{"a"}, SpiffeId: tc.id})
+		if st := status.Convert(err); st.Code() != tc.want || !strings.Contains(st.Message(), tc.msg) {
+			t.Errorf("spiffe_id of %d bytes: %v %q, want %v with %q", len(tc.id), st.Code(), st.Message(), tc.want, tc.msg)
+		}
+	}
+}

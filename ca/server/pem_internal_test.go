@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/rand"
 	"encoding/pem"
+	"runtime"
 	"testing"
 )
 
@@ -13,6 +14,34 @@ func TestCertificatePEM(t *testing.T) {
 		want := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 		if got := certificatePEM(der); got != want {
 			t.Fatalf("%d bytes:\n%s\nwant\n%s", n, got, want)
+		}
+	}
+}
+
+// TestCertificatePEMAllocatesOnce proves why certificatePEM is hand-written:
+// it sizes its buffer exactly, so each call makes one allocation of the
+// output's size (a buffer too small grows and copies; one too large wastes
+// memory on every request).
+func TestCertificatePEMAllocatesOnce(t *testing.T) {
+	for _, n := range []int{1, 48, 49, 700, 1234, 4000} {
+		der := make([]byte, n)
+		rand.Read(der)
+		out := certificatePEM(der)
+		if a := testing.AllocsPerRun(100, func() { _ = certificatePEM(der) }); a != 1 {
+			t.Errorf("%d bytes: %v allocations a call, want 1", n, a)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		const runs = 100
+		for range runs {
+			_ = certificatePEM(der)
+		}
+		runtime.ReadMemStats(&after)
+		// The allocator rounds a size up to its size class (at most 1/8
+		// more above 1 KiB); twice the output is far above that and far
+		// below a buffer sized wrongly by a factor.
+		if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > 2*uint64(len(out))+64 {
+			t.Errorf("%d bytes: %d bytes allocated a call for a %d-byte PEM", n, per, len(out))
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,26 +110,30 @@ func TestCreateCertificate(t *testing.T) {
 	}
 }
 
-func TestCreateCertificateWithIntermediates(t *testing.T) {
-	mk := func(name string, parent *x509.Certificate, parentKey any) (*x509.Certificate, *ecdsa.PrivateKey) {
-		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		spec := certs.CASpec{Subject: pkix.Name{CommonName: name, Organization: []string{td.Name()}}, Key: k, NotBefore: time.Now().Add(-time.Hour), TTL: 48 * time.Hour, MaxPathLen: -1}
-		var c *x509.Certificate
-		var err error
-		if parent == nil {
-			c, err = certs.NewRootCA(spec)
-		} else {
-			c, err = certs.NewIntermediateCA(spec, parent, parentKey.(*ecdsa.PrivateKey))
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, k
+// newCA returns a CA certificate named name, and its key: a root when
+// parent is nil, else signed by parent.
+func newCA(t *testing.T, name string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	spec := certs.CASpec{Subject: pkix.Name{CommonName: name, Organization: []string{td.Name()}}, Key: k, NotBefore: time.Now().Add(-time.Hour), TTL: 48 * time.Hour, MaxPathLen: -1}
+	var c *x509.Certificate
+	var err error
+	if parent == nil {
+		c, err = certs.NewRootCA(spec)
+	} else {
+		c, err = certs.NewIntermediateCA(spec, parent, parentKey)
 	}
-	root, rootKey := mk("root", nil, nil)
-	otherRoot, _ := mk("other root", nil, nil)
-	int1, int1Key := mk("int1", root, rootKey)
-	int2, int2Key := mk("int2", int1, int1Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, k
+}
+
+func TestCreateCertificateWithIntermediates(t *testing.T) {
+	root, rootKey := newCA(t, "root", nil, nil)
+	otherRoot, _ := newCA(t, "other root", nil, nil)
+	int1, int1Key := newCA(t, "int1", root, rootKey)
+	int2, int2Key := newCA(t, "int2", int1, int1Key)
 	b := &keystore.Bundle{Cert: int2, Key: int2Key, Intermediates: []*x509.Certificate{int1}, Roots: []*x509.Certificate{root, otherRoot}}
 	e := newEnv(t, envOpts{bundle: b})
 	resp, err := e.client(t, "localhost", nil).CreateCertificate(withToken(context.Background(), e.token(t, "shop", "cart")),
@@ -142,6 +147,56 @@ func TestCreateCertificateWithIntermediates(t *testing.T) {
 	}
 	if c, _ := certs.ParseCertificates([]byte(resp.CertChain[2])); !c[0].Equal(int1) {
 		t.Fatal("element 2 is not the intermediate above it")
+	}
+}
+
+// TestResponseChainFollowsBundle: the chain and root bundle of a response
+// are the CA bundle's at the time of the request (the handler caches their
+// PEM per bundle): a new signing CA under the same root, a root added to
+// the bundle, a new self-signed root, and a deeper chain (the signing CA
+// three levels under the root) each show in the next response.
+func TestResponseChainFollowsBundle(t *testing.T) {
+	root, rootKey := newCA(t, "root", nil, nil)
+	next, _ := newCA(t, "next root", nil, nil)
+	a, aKey := newCA(t, "issuing A", root, rootKey)
+	b, bKey := newCA(t, "issuing B", root, rootKey)
+	i1, i1Key := newCA(t, "policy", root, rootKey)
+	i2, i2Key := newCA(t, "region", i1, i1Key)
+	i3, i3Key := newCA(t, "cluster", i2, i2Key)
+	selfA, selfB := selfSigned(t), selfSigned(t)
+	bundles := []struct {
+		name string
+		b    *keystore.Bundle
+		want []*x509.Certificate // the chain between the leaf and the roots
+	}{
+		{"issuing CA A", &keystore.Bundle{Cert: a, Key: aKey, Roots: []*x509.Certificate{root}}, []*x509.Certificate{a}},
+		{"issuing CA B, same root", &keystore.Bundle{Cert: b, Key: bKey, Roots: []*x509.Certificate{root}}, []*x509.Certificate{b}},
+		{"a root added", &keystore.Bundle{Cert: b, Key: bKey, Roots: []*x509.Certificate{root, next}}, []*x509.Certificate{b}},
+		{"self-signed root", selfA, nil},
+		{"another self-signed root", selfB, nil},
+		{"three levels under the root", &keystore.Bundle{Cert: i3, Key: i3Key, Intermediates: []*x509.Certificate{i2, i1}, Roots: []*x509.Certificate{root}}, []*x509.Certificate{i3, i2, i1}},
+	}
+	e := newEnv(t, envOpts{bundle: bundles[0].b})
+	c := e.client(t, "localhost", nil)
+	csr := csrFor(t, testkit.Key(t, certs.ECP256), sid("shop", "cart"), nil)
+	for i, bc := range bundles {
+		if i > 0 {
+			if err := e.authority.SetBundle(bc.b); err != nil {
+				t.Fatalf("%s: %v", bc.name, err)
+			}
+		}
+		for range 2 { // the second response comes from the cache
+			resp, err := c.CreateCertificate(withToken(context.Background(), e.token(t, "shop", "cart")), &securityv1alpha1.IstioCertificateRequest{Csr: csr})
+			if err != nil {
+				t.Fatalf("%s: %v", bc.name, err)
+			}
+			verifyChain(t, resp.CertChain, bc.b.Roots, len(bc.want), "spiffe://cluster.local/ns/shop/sa/cart")
+			for j, w := range bc.want {
+				if got, _ := certs.ParseCertificates([]byte(resp.CertChain[1+j])); !got[0].Equal(w) {
+					t.Fatalf("%s: element %d is %s, want %s", bc.name, 1+j, got[0].Subject.CommonName, w.Subject.CommonName)
+				}
+			}
+		}
 	}
 }
 
@@ -255,6 +310,48 @@ func TestRateLimit(t *testing.T) {
 		clk.Add(s.advance)
 		if got := call(s.ns, s.sa); got != s.want {
 			t.Fatalf("step %d (%s/%s): %v, want %v", i, s.ns, s.sa, got, s.want)
+		}
+	}
+}
+
+// TestRateLimitAcrossPrunes: Run prunes the rate limiters every minute of
+// the injected clock, and a prune forgets only buckets that have refilled:
+// a caller that emptied its bucket is still limited after a prune, and
+// one that comes back after its bucket refilled gets a full one, not more.
+func TestRateLimitAcrossPrunes(t *testing.T) {
+	clk := fakeClock()
+	t0 := clk.Now()
+	// One token every 2 minutes, a burst of 1.
+	e := newEnv(t, envOpts{cfg: func(c *server.Config) { c.RateLimit, c.RateBurst, c.Clock = 1.0/120, 1, clk }})
+	c := e.client(t, "localhost", nil)
+	csr := csrFor(t, testkit.Key(t, certs.ECP256), sid("a", "one"), nil)
+	call := func() codes.Code {
+		_, err := c.CreateCertificate(withToken(context.Background(), e.token(t, "a", "one")), &securityv1alpha1.IstioCertificateRequest{Csr: csr})
+		return status.Code(err)
+	}
+	// pruneTimerAt waits until Run's prune timer is set for at: Run sets
+	// it when it starts and again after each prune, so once it is set for
+	// the next minute the prune of this one is done.
+	pruneTimerAt := func(at time.Time) {
+		t.Helper()
+		waitUntil(t, func() bool { return slices.ContainsFunc(clk.Deadlines(), at.Equal) })
+	}
+	pruneTimerAt(t0.Add(time.Minute))
+	for i, want := range []codes.Code{codes.OK, codes.ResourceExhausted} {
+		if got := call(); got != want {
+			t.Fatalf("call %d: %v, want %v", i, got, want)
+		}
+	}
+	clk.Add(time.Minute) // half a token back: the bucket is kept
+	pruneTimerAt(t0.Add(2 * time.Minute))
+	if got := call(); got != codes.ResourceExhausted {
+		t.Fatalf("after a prune with half a token: %v, want ResourceExhausted (the prune reset the bucket)", got)
+	}
+	clk.Add(time.Minute) // refilled: forgotten, and the caller starts full
+	pruneTimerAt(t0.Add(3 * time.Minute))
+	for i, want := range []codes.Code{codes.OK, codes.ResourceExhausted} {
+		if got := call(); got != want {
+			t.Fatalf("after the bucket refilled, call %d: %v, want %v", i, got, want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
@@ -404,4 +405,104 @@ func TestRenewalCappedAtPresentedCert(t *testing.T) {
 	if _, err := a.Sign(context.Background(), ca.Request{CSR: csr, ID: callerID, Renewal: presented}); ca.KindOf(err) != ca.KindUnauthenticated {
 		t.Fatalf("renewal with an expired certificate = %v, want unauthenticated", err)
 	}
+}
+
+// TestDefaultTTLMayEqualMaximum: a default TTL equal to the maximum is a
+// valid configuration (only a default above it is refused), and a request
+// without a TTL then gets that maximum.
+func TestDefaultTTLMayEqualMaximum(t *testing.T) {
+	a, err := ca.New(ca.Config{TrustDomain: td, Bundle: rootBundle(t, certs.ECP256, t0), Clock: clock.NewFake(t0), Logger: discard,
+		DefaultTTL: time.Hour, MaxTTL: time.Hour})
+	if err != nil {
+		t.Fatalf("DefaultTTL == MaxTTL refused: %v", err)
+	}
+	pemCSR, _ := mkCSR(t, csrSpec{})
+	iss, err := parseAndSign(a, pemCSR, callerID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !iss.Leaf.NotAfter.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("NotAfter %v, want %v", iss.Leaf.NotAfter, t0.Add(time.Hour))
+	}
+}
+
+// TestIssueServingIPOnly: a serving certificate for an IP address alone
+// (a CA reached by IP) is issued, with no subject common name.
+func TestIssueServingIPOnly(t *testing.T) {
+	a := newAuthority(t, rootBundle(t, certs.ECP256, t0), clock.NewFake(t0))
+	key := mustKey(t, certs.ECP256)
+	iss, err := a.IssueServing(key.Public(), nil, []net.IP{net.ParseIP("10.0.0.7")}, 0)
+	if err != nil {
+		t.Fatalf("IP-only serving certificate: %v", err)
+	}
+	if len(iss.Leaf.IPAddresses) != 1 || !iss.Leaf.IPAddresses[0].Equal(net.ParseIP("10.0.0.7")) || len(iss.Leaf.DNSNames) != 0 || iss.Leaf.Subject.CommonName != "" {
+		t.Fatalf("IPs %v, DNS names %v, CN %q", iss.Leaf.IPAddresses, iss.Leaf.DNSNames, iss.Leaf.Subject.CommonName)
+	}
+}
+
+// TestAuditLogAttributes: the audit line of a renewal names the serial of
+// the certificate renewed with, a serving certificate's names its DNS
+// names, and a workload certificate's has neither. A refusal is logged at
+// warning level when it is PermissionDenied (a caller asking for another
+// identity) and at info level otherwise.
+func TestAuditLogAttributes(t *testing.T) {
+	var buf bytes.Buffer
+	a, err := ca.New(ca.Config{TrustDomain: td, Bundle: rootBundle(t, certs.ECP256, t0), Clock: clock.NewFake(t0),
+		Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := func() map[string]any {
+		t.Helper()
+		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rec); err != nil {
+			t.Fatal(err)
+		}
+		buf.Reset()
+		return rec
+	}
+	pemCSR, _ := mkCSR(t, csrSpec{})
+	csr, err := ca.ParseCSR(pemCSR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Sign(context.Background(), ca.Request{CSR: csr, ID: callerID}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := last(); hasKey(rec, "renewed_serial") || hasKey(rec, "dns_names") {
+		t.Errorf("workload certificate's audit line: %v", rec)
+	}
+	presented := &x509.Certificate{SerialNumber: big.NewInt(0x2a), NotAfter: t0.Add(time.Hour)}
+	if _, err := a.Sign(context.Background(), ca.Request{CSR: csr, ID: callerID, Renewal: presented}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := last(); rec["renewed_serial"] != "2a" {
+		t.Errorf("renewal's audit line: renewed_serial %v, want 2a", rec["renewed_serial"])
+	}
+	if _, err := a.IssueServing(mustKey(t, certs.ECP256).Public(), []string{"ca.example"}, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if rec := last(); rec["msg"] != "serving certificate issued" || fmt.Sprint(rec["dns_names"]) != "[ca.example]" {
+		t.Errorf("serving certificate's audit line: %v", rec)
+	}
+
+	other, _ := mkCSR(t, csrSpec{uris: []string{otherID.String()}})
+	dns, _ := mkCSR(t, csrSpec{dns: []string{"x.example"}})
+	for _, tc := range []struct {
+		pem   []byte
+		level string
+	}{{other, "WARN"}, {dns, "INFO"}} {
+		if _, err := parseAndSign(a, tc.pem, callerID, 0); err == nil {
+			t.Fatal("signed")
+		}
+		if rec := last(); rec["msg"] != "certificate request refused" || rec["level"] != tc.level {
+			t.Errorf("refusal logged as %v %v, want %s", rec["level"], rec["msg"], tc.level)
+		}
+	}
+}
+
+func hasKey(m map[string]any, k string) bool {
+	_, ok := m[k]
+	return ok
 }

@@ -75,6 +75,36 @@ func TestParseCSRRejects(t *testing.T) {
 	if _, err := ca.ParseCSR(newCSR); err != nil {
 		t.Fatalf("NEW CERTIFICATE REQUEST block: %v", err)
 	}
+	// The size limit is inclusive: exactly MaxCSRSize bytes is parsed.
+	exact := append(bytes.Repeat([]byte(" "), ca.MaxCSRSize-len(good)), good...)
+	if _, err := ca.ParseCSR(exact); err != nil {
+		t.Fatalf("a CSR of exactly %d bytes: %v", len(exact), err)
+	}
+	if _, err := ca.ParseCSR(append([]byte(" "), exact...)); err == nil || !strings.Contains(err.Error(), "64 KiB") {
+		t.Fatalf("a CSR of %d bytes: %v, want the size limit", len(exact)+1, err)
+	}
+	// Caller input quoted in an error is cut after 128 bytes.
+	for n, want := range map[int]string{128: strings.Repeat("X", 128) + `"`, 129: strings.Repeat("X", 128) + `..."`} {
+		typ := strings.Repeat("X", n)
+		_, err := ca.ParseCSR(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: block.Bytes}))
+		if err == nil || !strings.Contains(err.Error(), `"`+want) {
+			t.Errorf("a PEM block type of %d bytes: %v, want it quoted as %q", n, err, want)
+		}
+	}
+}
+
+// TestRSAKeySizeBounds: an RSA key of MaxRSABits is allowed (its CSR goes
+// on to the signature check), one bit more is refused by size first.
+func TestRSAKeySizeBounds(t *testing.T) {
+	for bits, want := range map[int]string{
+		ca.MaxRSABits:     "signature does not verify",
+		ca.MaxRSABits + 1: "RSA key of 8193 bits not allowed",
+	} {
+		_, err := ca.ParseCSR(rsaCSRWithJunkSignature(t, bits, ca.RSAExponent))
+		if ca.KindOf(err) != ca.KindInvalidArgument || !strings.Contains(err.Error(), want) {
+			t.Errorf("RSA-%d: %v, want invalid_argument %q", bits, err, want)
+		}
+	}
 }
 
 func extension(t *testing.T, id asn1.ObjectIdentifier, critical bool, v any) pkix.Extension {

@@ -98,11 +98,16 @@ func TestJWT(t *testing.T) {
 	foreign := newHandKey(t, certs.ECP256, jose.ES256, "foreign")
 	impostor := newHandKey(t, certs.ECP256, jose.ES256, "es256") // same kid, other key
 	nokid := newHandKey(t, certs.ECP256, jose.ES256, "")
+	// noalg's JWK names no alg: it verifies any alg of its key type.
+	noalg := newHandKey(t, certs.ECP256, jose.ES256, "noalg")
+	noalg.jwk.Algorithm = ""
+	// otherAlg signs ES256 tokens under the kid of the RS256 key.
+	otherAlg := newHandKey(t, certs.ECP256, jose.ES256, "rs256")
 	dev, err := devissuer.New(mustKey(t), "") // the default dev issuer URL, not testIssuer
 	if err != nil {
 		t.Fatal(err)
 	}
-	jwks := &jose.JSONWebKeySet{Keys: append([]jose.JSONWebKey{es256.jwk, es384.jwk, rs256.jwk}, dev.JWKS().Keys...)}
+	jwks := &jose.JSONWebKeySet{Keys: append([]jose.JSONWebKey{es256.jwk, es384.jwk, rs256.jwk, noalg.jwk}, dev.JWKS().Keys...)}
 
 	now := t0
 	unsigned := func(claims any) string {
@@ -152,6 +157,13 @@ func TestJWT(t *testing.T) {
 			kind: ca.KindUnauthenticated, msg: "more than the 48h0m0s allowed"},
 		{name: "exp 48h past iat", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(now.Add(48 * time.Hour)) }), k8sBound),
 			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", NodeName: "node-a", Method: "jwt"}},
+		// The limit has the leeway too: 48h30s is the longest accepted.
+		{name: "exp 48h+leeway past iat", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) {
+			c.Expiry = jwt.NewNumericDate(now.Add(48*time.Hour + authn.DefaultJWTLeeway))
+		}), k8sBound), want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", NodeName: "node-a", Method: "jwt"}},
+		{name: "exp 48h+leeway+1s past iat", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) {
+			c.Expiry = jwt.NewNumericDate(now.Add(48*time.Hour + authn.DefaultJWTLeeway + time.Second))
+		}), k8sBound), kind: ca.KindUnauthenticated, msg: "more than the 48h0m0s allowed"},
 		{name: "exp 49h past iat", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(now.Add(49 * time.Hour)) }), k8sBound),
 			kind: ca.KindUnauthenticated, msg: "more than the 48h0m0s allowed"},
 		{name: "no iat, exp 49h from now", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) {
@@ -170,6 +182,10 @@ func TestJWT(t *testing.T) {
 			kind: ca.KindUnauthenticated, msg: "unknown key"},
 		{name: "foreign key without kid", token: nokid.sign(t, stdClaims(now, nil), k8sBound),
 			kind: ca.KindUnauthenticated, msg: "bad token signature"},
+		{name: "key without alg", token: noalg.sign(t, stdClaims(now, nil), k8sBound),
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", NodeName: "node-a", Method: "jwt"}},
+		{name: "known kid, other alg", token: otherAlg.sign(t, stdClaims(now, nil), k8sBound),
+			kind: ca.KindUnauthenticated, msg: "unknown key"},
 		{name: "impostor with a known kid", token: impostor.sign(t, stdClaims(now, nil), k8sBound),
 			kind: ca.KindUnauthenticated, msg: "bad token signature"},
 		{name: "alg none", token: unsigned(map[string]any{"iss": testIssuer, "aud": "istio-ca", "exp": now.Add(time.Hour).Unix(), "kubernetes.io": k8sBound["kubernetes.io"]}),
@@ -326,6 +342,7 @@ type oidcServer struct {
 	*httptest.Server
 	mu      sync.Mutex
 	jwks    *jose.JSONWebKeySet
+	status  int // when set, the JWKS is answered with this status instead
 	fetched chan struct{}
 }
 
@@ -349,7 +366,11 @@ func newOIDCServer(t *testing.T) *oidcServer {
 	})
 	mux.HandleFunc("/keys", func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
-		json.NewEncoder(w).Encode(s.jwks)
+		if s.status != 0 {
+			w.WriteHeader(s.status)
+		} else {
+			json.NewEncoder(w).Encode(s.jwks)
+		}
 		s.mu.Unlock()
 		s.fetched <- struct{}{}
 	})
@@ -361,6 +382,13 @@ func newOIDCServer(t *testing.T) *oidcServer {
 func (s *oidcServer) set(set *jose.JSONWebKeySet) {
 	s.mu.Lock()
 	s.jwks = set
+	s.mu.Unlock()
+}
+
+// fail makes the JWKS answer status (0: serve the key set again).
+func (s *oidcServer) fail(status int) {
+	s.mu.Lock()
+	s.status = status
 	s.mu.Unlock()
 }
 
@@ -462,6 +490,34 @@ func TestJWKSFileSizeLimit(t *testing.T) {
 			t.Fatalf("a %d-byte JWKS file refused: %v", size, err)
 		case size > limit && (err == nil || !strings.Contains(err.Error(), "larger than")):
 			t.Fatalf("a %d-byte JWKS file: err = %v, want one naming the size limit", size, err)
+		}
+	}
+}
+
+// TestJWKSURLSizeLimit: the same limit on a JWKS fetched from a URL (and
+// on a discovery document, read by the same code): a body of exactly 1 MiB
+// is read whole and loaded; one byte more is refused by size.
+func TestJWKSURLSizeLimit(t *testing.T) {
+	k := newHandKey(t, certs.ECP256, jose.ES256, "k")
+	set, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{k.jwk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 1 << 20
+	for _, size := range []int{limit, limit + 1} {
+		body := append(bytes.Repeat([]byte(" "), size-len(set)), set...)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }))
+		j, err := authn.NewJWT(authn.JWTConfig{JWKSURL: srv.URL, HTTPClient: srv.Client()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = j.Refresh(context.Background())
+		srv.Close()
+		switch {
+		case size == limit && err != nil:
+			t.Fatalf("a %d-byte JWKS refused: %v", size, err)
+		case size > limit && (err == nil || !strings.Contains(err.Error(), "larger than")):
+			t.Fatalf("a %d-byte JWKS: err = %v, want one naming the size limit", size, err)
 		}
 	}
 }

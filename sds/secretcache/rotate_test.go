@@ -3,6 +3,7 @@ package secretcache_test
 import (
 	"context"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,6 +45,16 @@ func TestRotationAtGracePoint(t *testing.T) {
 	}
 	if s := mustSecret(t, f.m, secretcache.DefaultName); s != got {
 		t.Fatal("Secret does not serve the renewed certificate")
+	}
+	// The log tells the first certificate from a rotation.
+	var issued []string
+	for _, line := range strings.Split(f.logs.All(), "\n") {
+		if strings.HasPrefix(line, "workload certificate issued") {
+			issued = append(issued, line)
+		}
+	}
+	if len(issued) != 2 || !strings.Contains(issued[0], "rotation=false") || !strings.Contains(issued[1], "rotation=true") {
+		t.Fatalf("issuances logged, want the first with rotation=false, the renewal with rotation=true:\n%s", strings.Join(issued, "\n"))
 	}
 	select {
 	case r := <-roots:

@@ -647,32 +647,17 @@ func TestNewValidates(t *testing.T) {
 	client := fake.NewClientset()
 	lead := func(context.Context) {}
 	ok := election.Config{Client: client, Namespace: ns, Candidate: election.Candidate{Identity: "x"}, Lead: lead}
-	tests := []struct {
-		name   string
-		modify func(*election.Config)
-	}{
-		{"no client", func(c *election.Config) { c.Client = nil }},
-		{"no namespace", func(c *election.Config) { c.Namespace = "" }},
-		{"no identity", func(c *election.Config) { c.Identity = "" }},
-		{"no lead", func(c *election.Config) { c.Lead = nil }},
-		{"renew deadline not below lease", func(c *election.Config) { c.LeaseDuration, c.RenewDeadline = time.Second, time.Second }},
-		{"retry too long for renew", func(c *election.Config) { c.RetryPeriod = 9 * time.Second }},
-		{"negative retry", func(c *election.Config) { c.RetryPeriod = -time.Second }},
-		{"negative renew deadline", func(c *election.Config) { c.RenewDeadline = -time.Second }},
-		{"lease under a second", func(c *election.Config) {
+	testkit.Refuses(t, election.New, ok, map[string]func(*election.Config){
+		"no client":                      func(c *election.Config) { c.Client = nil },
+		"no namespace":                   func(c *election.Config) { c.Namespace = "" },
+		"no identity":                    func(c *election.Config) { c.Identity = "" },
+		"no lead":                        func(c *election.Config) { c.Lead = nil },
+		"renew deadline not below lease": func(c *election.Config) { c.LeaseDuration, c.RenewDeadline = time.Second, time.Second },
+		"retry too long for renew":       func(c *election.Config) { c.RetryPeriod = 9 * time.Second },
+		"negative retry":                 func(c *election.Config) { c.RetryPeriod = -time.Second },
+		"negative renew deadline":        func(c *election.Config) { c.RenewDeadline = -time.Second },
+		"lease under a second": func(c *election.Config) {
 			c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 900*time.Millisecond, 500*time.Millisecond, 100*time.Millisecond
-		}},
-	}
-	if _, err := election.New(ok); err != nil {
-		t.Fatalf("valid config: %v", err)
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := ok
-			tc.modify(&cfg)
-			if _, err := election.New(cfg); err == nil {
-				t.Fatal("New accepted an invalid config")
-			}
-		})
-	}
+		},
+	})
 }

@@ -234,6 +234,22 @@ func (w *world) leaders(cs ...*candidate) []string {
 	return ids
 }
 
+// leading starts candidate id alone and returns it once it leads.
+func (w *world) leading(id string) *candidate {
+	w.t.Helper()
+	c := w.candidate(id)
+	w.start(c)
+	return w.oneLeader(c)
+}
+
+// wantTerms fails the test unless c's Lead has started want times.
+func (c *candidate) wantTerms(t *testing.T, want int32) {
+	t.Helper()
+	if got := c.terms.Load(); got != want {
+		t.Errorf("%s started Lead %d times, want %d", c.id, got, want)
+	}
+}
+
 // oneLeader checks that exactly one candidate leads, the one the Lease
 // names, and returns it.
 func (w *world) oneLeader(cs ...*candidate) *candidate {
@@ -379,9 +395,7 @@ func TestOneLeaderRenews(t *testing.T) {
 			t.Errorf("%s: meshid_ca_leader = %v, want %v", c.id, got, want)
 		}
 	}
-	if leader.terms.Load() != 1 {
-		t.Errorf("leader started Lead %d times, want 1", leader.terms.Load())
-	}
+	leader.wantTerms(t, 1)
 }
 
 // Stopping the leader waits for its Lead, then clears the holder: the
@@ -501,9 +515,7 @@ func TestStepsDownWhenItCannotRenew(t *testing.T) {
 // interrupt Lead.
 func TestTransientRenewFailureKeepsLeading(t *testing.T) {
 	w := newWorld(t)
-	a := w.candidate("ca-0")
-	w.start(a)
-	w.oneLeader(a)
+	a := w.leading("ca-0")
 	for range 10 {
 		a.cut.Store(true)
 		w.tick(retry)
@@ -512,9 +524,7 @@ func TestTransientRenewFailureKeepsLeading(t *testing.T) {
 		w.tick(retry)
 	}
 	w.oneLeader(a)
-	if a.terms.Load() != 1 {
-		t.Errorf("Lead started %d times, want 1", a.terms.Load())
-	}
+	a.wantTerms(t, 1)
 }
 
 // Someone else takes the Lease: the leader's next renewal conflicts, it
@@ -522,9 +532,7 @@ func TestTransientRenewFailureKeepsLeading(t *testing.T) {
 // the Lease is gone it leads a second term, never two at once.
 func TestLeadStopsWhenTheLeaseIsTaken(t *testing.T) {
 	w := newWorld(t)
-	a := w.candidate("ca-0")
-	w.start(a)
-	w.oneLeader(a)
+	a := w.leading("ca-0")
 	w.putLease(held("thief", 3600, w.clk.Now()))
 	w.tick(retry)
 	if ids := w.leaders(a); len(ids) != 0 || a.e.Leader() != "thief" {
@@ -535,9 +543,7 @@ func TestLeadStopsWhenTheLeaseIsTaken(t *testing.T) {
 	}
 	w.tick(retry)
 	w.oneLeader(a)
-	if a.terms.Load() != 2 {
-		t.Errorf("Lead started %d times, want 2", a.terms.Load())
-	}
+	a.wantTerms(t, 2)
 }
 
 // Candidates that saw the same expired Lease all write it at the same

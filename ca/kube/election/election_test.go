@@ -242,6 +242,17 @@ func (w *world) leading(id string) *candidate {
 	return w.oneLeader(c)
 }
 
+// twoCandidates starts ca-0, then ca-1, and returns them once one of them
+// leads (ca-0, which tried first).
+func (w *world) twoCandidates() (a, b *candidate) {
+	w.t.Helper()
+	a, b = w.candidate("ca-0"), w.candidate("ca-1")
+	w.start(a)
+	w.start(b)
+	w.oneLeader(a, b)
+	return a, b
+}
+
 // wantTerms fails the test unless c's Lead has started want times.
 func (c *candidate) wantTerms(t *testing.T, want int32) {
 	t.Helper()
@@ -403,10 +414,7 @@ func TestOneLeaderRenews(t *testing.T) {
 // have expired.
 func TestReleaseOnCancel(t *testing.T) {
 	w := newWorld(t)
-	a, b := w.candidate("ca-0"), w.candidate("ca-1")
-	w.start(a)
-	w.start(b)
-	w.oneLeader(a, b)
+	a, b := w.twoCandidates()
 	w.stop(a)
 	if a.running.Load() != 0 || a.e.IsLeader() || testkit.Metric(t, a.reg, "meshid_ca_leader") != 0 {
 		t.Fatal("ca-0 still leads after Run returned")
@@ -473,10 +481,7 @@ func TestHeldLeaseRespected(t *testing.T) {
 // before the follower may take the Lease: never two leaders.
 func TestStepsDownWhenItCannotRenew(t *testing.T) {
 	w := newWorld(t)
-	a, b := w.candidate("ca-0"), w.candidate("ca-1")
-	w.start(a)
-	w.start(b)
-	w.oneLeader(a, b)
+	a, b := w.twoCandidates()
 	a.cut.Store(true)
 	cutAt := w.clk.Now()
 	var steppedDown, tookOver time.Duration

@@ -73,12 +73,12 @@ func (l *Loader) Run(ctx context.Context) (*Report, error) {
 		streams.Go(func() { l.stream(cctxs[c], t, sem, i, client) })
 	}
 
-	werr := l.wait(ctx, t.allReady, "every stream to be ready")
+	werr := l.wait(ctx, t.open.all, "every stream to be ready")
 	t.mu.Lock()
-	rep.Ready, rep.Failed = t.ready, t.failed
-	rep.TimeToReady = latency.Summarize(append([]time.Duration(nil), t.readyLat...))
-	if t.ready > 0 {
-		rep.AllReady = t.lastReady.Sub(start)
+	rep.Ready, rep.Failed = t.open.reached, t.failed
+	rep.TimeToReady = latency.Summarize(append([]time.Duration(nil), t.open.lat...))
+	if t.open.reached > 0 {
+		rep.AllReady = t.open.last.Sub(start)
 	}
 	t.mu.Unlock()
 	if werr != nil {
@@ -98,12 +98,12 @@ func (l *Loader) Run(ctx context.Context) (*Report, error) {
 	if err := l.cfg.Rotate(ctx); err != nil {
 		return rep, fmt.Errorf("sdsload: forcing a rotation: %w", err)
 	}
-	werr = l.wait(ctx, t.allRotated, "the rotation to reach every stream")
+	werr = l.wait(ctx, t.rot.all, "the rotation to reach every stream") // arm set it
 	t.mu.Lock()
-	rot := &Rotation{Streams: t.rotN, Rotated: t.rotated}
-	rot.Latency = latency.Summarize(append([]time.Duration(nil), t.rotLat...))
-	if t.rotated > 0 {
-		rot.All = t.lastRot.Sub(t0)
+	rot := &Rotation{Streams: t.rot.want, Rotated: t.rot.reached}
+	rot.Latency = latency.Summarize(append([]time.Duration(nil), t.rot.lat...))
+	if t.rot.reached > 0 {
+		rot.All = t.rot.last.Sub(t0)
 	}
 	rep.Failed = t.failed
 	t.mu.Unlock()
@@ -146,7 +146,7 @@ func (l *Loader) progress(t *tracker, finished <-chan struct{}) {
 		now := l.clock.Now()
 		t.mu.Lock()
 		p := Progress{Phase: t.phase, Elapsed: now.Sub(t.phaseStart), Streams: t.n,
-			Ready: t.ready, Failed: t.failed, Rotated: t.rotated}
+			Ready: t.open.reached, Failed: t.failed, Rotated: t.rot.reached}
 		t.mu.Unlock()
 		l.cfg.Progress(p)
 		timer.Reset(every)

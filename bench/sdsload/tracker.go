@@ -16,34 +16,59 @@ type tracker struct {
 	phase      Phase
 	phaseStart time.Time
 
-	isReadyS  []bool
-	dead      []bool
-	ready     int
-	failed    int
-	openDone  int // streams ready or failed before being ready
-	readyLat  []time.Duration
-	lastReady time.Time
-	allReady  chan struct{}
+	isReadyS []bool
+	dead     []bool
+	failed   int
+	open     wave // every stream's first content
 
-	fp         []uint64 // current content of the rotation resource per stream
-	armed      bool
-	rotT0      time.Time
-	base       []uint64
-	inRot      []bool // part of the rotation and not yet rotated or failed
-	rotN       int
-	rotated    int
-	rotDone    int // rotated or failed
-	rotLat     []time.Duration
-	lastRot    time.Time
-	allRotated chan struct{}
+	fp    []uint64 // current content of the rotation resource per stream
+	armed bool
+	rotT0 time.Time
+	base  []uint64
+	inRot []bool // part of the rotation and not yet rotated or failed
+	rot   wave   // the ready streams' new content, once armed
 }
 
 func newTracker(n int, now time.Time) *tracker {
 	return &tracker{
 		n: n, phase: PhaseOpen, phaseStart: now,
 		isReadyS: make([]bool, n), dead: make([]bool, n), fp: make([]uint64, n),
-		readyLat: make([]time.Duration, 0, n),
-		allReady: make(chan struct{}), allRotated: make(chan struct{}),
+		open: newWave(n), rot: newWave(0),
+	}
+}
+
+// wave is one phase of the run as the streams reach it: the streams it
+// waits for (want), those that reached it (with the latency of each and
+// the time of the last) and those done (reached it, or failed first). all
+// is closed when every stream is done.
+type wave struct {
+	want    int
+	reached int
+	done    int
+	lat     []time.Duration
+	last    time.Time
+	all     chan struct{}
+}
+
+func newWave(want int) wave {
+	return wave{want: want, lat: make([]time.Duration, 0, want), all: make(chan struct{})}
+}
+
+// reach counts a stream reaching the wave after d, at now.
+func (w *wave) reach(d time.Duration, now time.Time) {
+	w.reached++
+	w.lat = append(w.lat, d)
+	if now.After(w.last) {
+		w.last = now
+	}
+	w.finish()
+}
+
+// finish counts a stream done with the wave.
+func (w *wave) finish() {
+	w.done++
+	if w.done == w.want {
+		close(w.all)
 	}
 }
 
@@ -69,19 +94,7 @@ func (t *tracker) readyAt(i int, d time.Duration, now time.Time) {
 		return
 	}
 	t.isReadyS[i] = true
-	t.ready++
-	t.readyLat = append(t.readyLat, d)
-	if now.After(t.lastReady) {
-		t.lastReady = now
-	}
-	t.openDoneLocked()
-}
-
-func (t *tracker) openDoneLocked() {
-	t.openDone++
-	if t.openDone == t.n {
-		close(t.allReady)
-	}
+	t.open.reach(d, now)
 }
 
 func (t *tracker) fail(i int) {
@@ -90,11 +103,11 @@ func (t *tracker) fail(i int) {
 	t.failed++
 	t.dead[i] = true
 	if !t.isReadyS[i] {
-		t.openDoneLocked()
+		t.open.finish()
 	}
 	if t.armed && t.inRot[i] {
 		t.inRot[i] = false
-		t.rotDoneLocked()
+		t.rot.finish()
 	}
 }
 
@@ -104,19 +117,7 @@ func (t *tracker) content(i int, fp uint64, now time.Time) {
 	t.fp[i] = fp
 	if t.armed && t.inRot[i] && fp != t.base[i] {
 		t.inRot[i] = false
-		t.rotated++
-		t.rotLat = append(t.rotLat, now.Sub(t.rotT0))
-		if now.After(t.lastRot) {
-			t.lastRot = now
-		}
-		t.rotDoneLocked()
-	}
-}
-
-func (t *tracker) rotDoneLocked() {
-	t.rotDone++
-	if t.rotDone == t.rotN {
-		close(t.allRotated)
+		t.rot.reach(now.Sub(t.rotT0), now)
 	}
 }
 
@@ -129,14 +130,15 @@ func (t *tracker) arm(now time.Time) {
 	t.armed, t.rotT0 = true, now
 	t.base = append([]uint64(nil), t.fp...)
 	t.inRot = make([]bool, t.n)
+	n := 0
 	for i, r := range t.isReadyS {
 		if r && !t.dead[i] {
 			t.inRot[i] = true
-			t.rotN++
+			n++
 		}
 	}
-	t.rotLat = make([]time.Duration, 0, t.rotN)
-	if t.rotN == 0 {
-		close(t.allRotated)
+	t.rot = newWave(n)
+	if n == 0 {
+		close(t.rot.all)
 	}
 }

@@ -1,6 +1,7 @@
 package keystore
 
 import (
+	"cmp"
 	"context"
 	"crypto"
 	"errors"
@@ -85,9 +86,7 @@ func NewDirWatcher(cfg DirWatcherConfig) (*DirWatcher, error) {
 	if cfg.ReloadDelay < 0 {
 		return nil, fmt.Errorf("keystore: negative reload delay %s", cfg.ReloadDelay)
 	}
-	if cfg.ReloadDelay == 0 {
-		cfg.ReloadDelay = DefaultDirReloadDelay
-	}
+	cfg.ReloadDelay = cmp.Or(cfg.ReloadDelay, DefaultDirReloadDelay)
 	cfg.Clock = clock.OrReal(cfg.Clock)
 	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	w := &DirWatcher{

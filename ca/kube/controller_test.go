@@ -204,28 +204,13 @@ func TestBindKeepsGoingWhenTheSetterRejects(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	client := fake.NewClientset()
 	ok := kube.Config{Client: client, Namespace: caNS, Candidate: election.Candidate{Identity: "ca-0"}, TrustDomain: "cluster.local"}
-	tests := []struct {
-		name   string
-		modify func(*kube.Config)
-	}{
-		{"no client", func(c *kube.Config) { c.Client = nil }},
-		{"no namespace", func(c *kube.Config) { c.Namespace = "" }},
-		{"no identity", func(c *kube.Config) { c.Identity = "" }},
-		{"no trust domain", func(c *kube.Config) { c.TrustDomain = "" }},
-		{"bad lease durations", func(c *kube.Config) { c.LeaseDuration, c.RenewDeadline = time.Second, 2*time.Second }},
-	}
-	if _, err := kube.New(ok); err != nil {
-		t.Fatalf("valid config: %v", err)
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := ok
-			tc.modify(&cfg)
-			if _, err := kube.New(cfg); err == nil {
-				t.Fatal("New accepted an invalid config")
-			}
-		})
-	}
+	testkit.Refuses(t, kube.New, ok, map[string]func(*kube.Config){
+		"no client":           func(c *kube.Config) { c.Client = nil },
+		"no namespace":        func(c *kube.Config) { c.Namespace = "" },
+		"no identity":         func(c *kube.Config) { c.Identity = "" },
+		"no trust domain":     func(c *kube.Config) { c.TrustDomain = "" },
+		"bad lease durations": func(c *kube.Config) { c.LeaseDuration, c.RenewDeadline = time.Second, 2*time.Second },
+	})
 }
 
 // rootSource is a RootSource whose bundle the test swaps, as

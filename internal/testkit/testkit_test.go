@@ -231,3 +231,25 @@ func TestPlugged(t *testing.T) {
 		t.Errorf("names %q, %q", inter.Subject.CommonName, root.Subject.CommonName)
 	}
 }
+
+// Refuses fails on a valid config refused and on each invalid one accepted.
+func TestRefuses(t *testing.T) {
+	type config struct{ n int }
+	positive := func(c config) (int, error) {
+		if c.n <= 0 {
+			return 0, errors.New("n must be positive")
+		}
+		return c.n, nil
+	}
+	bad := map[string]func(*config){"zero": func(c *config) { c.n = 0 }, "negative": func(c *config) { c.n = -1 }}
+	if got := call(t, func(tb testing.TB) { testkit.Refuses(tb, positive, config{1}, bad) }).failures(); got != "" {
+		t.Errorf("a validator that refuses both failed: %s", got)
+	}
+	if got := call(t, func(tb testing.TB) { testkit.Refuses(tb, positive, config{0}, bad) }).failures(); !strings.Contains(got, "valid config is refused") {
+		t.Errorf("a refused valid config: %q", got)
+	}
+	lax := func(c config) (int, error) { return c.n, nil }
+	if got := call(t, func(tb testing.TB) { testkit.Refuses(tb, lax, config{1}, bad) }).failures(); got != "negative: an invalid config is accepted\nzero: an invalid config is accepted" {
+		t.Errorf("a validator that accepts everything: %q", got)
+	}
+}

@@ -69,6 +69,20 @@ func (w *world) config() agent.Config {
 	return agent.Config{CAAddr: w.ca.Addr().String(), CARootFile: w.rootFile, TokenFile: w.tokenFile}
 }
 
+// runMonitored runs an agent of w with its monitoring listener on listen
+// and cfg changed by change (nil: not at all), and returns it once it holds
+// its first certificate, with that certificate and the listener's URL.
+func (w *world) runMonitored(t *testing.T, listen string, change func(*agent.Config)) (*agent.Agent, *secretcache.Secret, string) {
+	t.Helper()
+	cfg := w.config()
+	cfg.MonitoringListen = listen
+	if change != nil {
+		change(&cfg)
+	}
+	a := testkit.RunAgent(t, cfg)
+	return a, firstSecret(t, a), "http://" + a.MonitoringAddr().String()
+}
+
 func firstSecret(t *testing.T, a *agent.Agent) *secretcache.Secret {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)
@@ -159,13 +173,8 @@ func TestNoJitter(t *testing.T) {
 // renews the workload certificate; other methods are refused and rotate
 // nothing.
 func TestRotateEndpoint(t *testing.T) {
-	w := newWorld(t)
-	cfg := w.config()
-	cfg.MonitoringListen = "127.0.0.1:0"
-	cfg.DebugEndpoints = true
-	a := testkit.RunAgent(t, cfg)
-	before := firstSecret(t, a)
-	url := "http://" + a.MonitoringAddr().String() + "/debug/rotate"
+	a, before, base := newWorld(t).runMonitored(t, "127.0.0.1:0", func(c *agent.Config) { c.DebugEndpoints = true })
+	url := base + "/debug/rotate"
 
 	if code, _ := testkit.HTTP(t, http.MethodGet, url); code != http.StatusMethodNotAllowed {
 		t.Fatalf("GET: %d, want 405", code)
@@ -189,11 +198,8 @@ func TestRotateEndpoint(t *testing.T) {
 // hole 6).
 func TestDebugEndpointsOptIn(t *testing.T) {
 	w := newWorld(t)
-	cfg := w.config()
-	cfg.MonitoringListen = "127.0.0.1:0"
-	a := testkit.RunAgent(t, cfg)
-	before := firstSecret(t, a)
-	if code, _ := testkit.HTTP(t, http.MethodPost, "http://"+a.MonitoringAddr().String()+"/debug/rotate"); code != http.StatusNotFound {
+	a, before, base := w.runMonitored(t, "127.0.0.1:0", nil)
+	if code, _ := testkit.HTTP(t, http.MethodPost, base+"/debug/rotate"); code != http.StatusNotFound {
 		t.Fatalf("POST /debug/rotate without DebugEndpoints: %d, want 404", code)
 	}
 	if got := firstSecret(t, a); got.Version != before.Version {
@@ -211,15 +217,11 @@ func TestDebugEndpointsOptIn(t *testing.T) {
 
 // TestReadyz: the agent's /readyz turns ready with its first certificate.
 func TestReadyz(t *testing.T) {
-	w := newWorld(t)
-	cfg := w.config()
-	cfg.MonitoringListen = "127.0.0.1:0"
-	a := testkit.RunAgent(t, cfg)
-	firstSecret(t, a)
+	a, _, base := newWorld(t).runMonitored(t, "127.0.0.1:0", nil)
 	if err := a.Ready(); err != nil {
 		t.Fatal(err)
 	}
-	if code, body := testkit.HTTP(t, http.MethodGet, "http://"+a.MonitoringAddr().String()+"/readyz"); code != http.StatusOK {
+	if code, body := testkit.HTTP(t, http.MethodGet, base+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz: %d %s", code, body)
 	}
 }
@@ -450,12 +452,8 @@ func TestMetricsServed(t *testing.T) {
 	w := newWorld(t)
 	for name, reg := range map[string]prometheus.Registerer{"defaults": nil, "registerer only": prometheus.NewRegistry()} {
 		t.Run(name, func(t *testing.T) {
-			cfg := w.config()
-			cfg.MonitoringListen = "127.0.0.1:0"
-			cfg.Registerer = reg
-			a := testkit.RunAgent(t, cfg)
-			firstSecret(t, a)
-			code, body := testkit.HTTP(t, http.MethodGet, "http://"+a.MonitoringAddr().String()+"/metrics")
+			_, _, base := w.runMonitored(t, "127.0.0.1:0", func(c *agent.Config) { c.Registerer = reg })
+			code, body := testkit.HTTP(t, http.MethodGet, base+"/metrics")
 			if code != http.StatusOK || !strings.Contains(body, "meshid_") {
 				t.Fatalf("/metrics: %d, no meshid_ series in %d bytes", code, len(body))
 			}

@@ -25,10 +25,7 @@ import (
 // the CA, however often it is asked.
 func TestDebugSecrets(t *testing.T) {
 	w := newWorld(t)
-	cfg := w.config()
-	cfg.MonitoringListen = "0.0.0.0:0"
-	a := testkit.RunAgent(t, cfg)
-	sec := firstSecret(t, a)
+	a, sec, _ := w.runMonitored(t, "0.0.0.0:0", nil)
 	_, port, _ := net.SplitHostPort(a.MonitoringAddr().String())
 	url := "http://127.0.0.1:" + port + secretdump.Path
 

@@ -308,8 +308,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok := workloadapi.Config{Source: m, SocketPath: "/tmp/x.sock"}
-	for name, mod := range map[string]func(*workloadapi.Config){
+	testkit.Refuses(t, workloadapi.New, workloadapi.Config{Source: m, SocketPath: "/tmp/x.sock"}, map[string]func(*workloadapi.Config){
 		"no source":          func(c *workloadapi.Config) { c.Source = nil },
 		"no path":            func(c *workloadapi.Config) { c.SocketPath = "" },
 		"long path":          func(c *workloadapi.Config) { c.SocketPath = "/tmp/" + strings.Repeat("a", 120) },
@@ -318,16 +317,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		"negative streams":   func(c *workloadapi.Config) { c.MaxStreams = -1 },
 		"negative conns":     func(c *workloadapi.Config) { c.MaxConnections = -1 },
 		"negative shutdown":  func(c *workloadapi.Config) { c.ShutdownTimeout = -1 },
-	} {
-		cfg := ok
-		mod(&cfg)
-		if _, err := workloadapi.New(cfg); err == nil {
-			t.Errorf("%s: accepted", name)
-		}
-	}
-	if _, err := workloadapi.New(ok); err != nil {
-		t.Fatalf("valid config refused: %v", err)
-	}
+	})
 }
 
 // The group option: 0660 lets the group connect, and the directory the

@@ -1,6 +1,7 @@
 package boundtoken
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -175,14 +176,12 @@ func New(cfg Config) (*Verifier, error) {
 		return nil, errors.New("boundtoken: negative interval, leeway or timeout")
 	}
 	cfg.Audiences = slices.Clone(cfg.Audiences)
-	cfg.RefreshInterval = orDefault(cfg.RefreshInterval, DefaultRefreshInterval)
-	cfg.MinRefreshInterval = orDefault(cfg.MinRefreshInterval, DefaultMinRefreshInterval)
-	cfg.Leeway = orDefault(cfg.Leeway, DefaultLeeway)
-	cfg.CacheTTL = orDefault(cfg.CacheTTL, DefaultCacheTTL)
-	cfg.DiscoveryTimeout = orDefault(cfg.DiscoveryTimeout, DefaultDiscoveryTimeout)
-	if cfg.CacheSize == 0 {
-		cfg.CacheSize = DefaultCacheSize
-	}
+	cfg.RefreshInterval = cmp.Or(cfg.RefreshInterval, DefaultRefreshInterval)
+	cfg.MinRefreshInterval = cmp.Or(cfg.MinRefreshInterval, DefaultMinRefreshInterval)
+	cfg.Leeway = cmp.Or(cfg.Leeway, DefaultLeeway)
+	cfg.CacheTTL = cmp.Or(cfg.CacheTTL, DefaultCacheTTL)
+	cfg.DiscoveryTimeout = cmp.Or(cfg.DiscoveryTimeout, DefaultDiscoveryTimeout)
+	cfg.CacheSize = cmp.Or(cfg.CacheSize, DefaultCacheSize)
 	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	cfg.Clock = clock.OrReal(cfg.Clock)
 	v := &Verifier{
@@ -228,13 +227,6 @@ func ReportTokenReview(reg prometheus.Registerer, log *slog.Logger) error {
 		log.Info("token verification: tokenreview (every token is sent to the API server)", "configured", string(ModeTokenReview))
 	}
 	return nil
-}
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // Mode is the configured mode.

@@ -234,6 +234,33 @@ func (w *world) leaders(cs ...*candidate) []string {
 	return ids
 }
 
+// leading starts candidate id alone and returns it once it leads.
+func (w *world) leading(id string) *candidate {
+	w.t.Helper()
+	c := w.candidate(id)
+	w.start(c)
+	return w.oneLeader(c)
+}
+
+// twoCandidates starts ca-0, then ca-1, and returns them once one of them
+// leads (ca-0, which tried first).
+func (w *world) twoCandidates() (a, b *candidate) {
+	w.t.Helper()
+	a, b = w.candidate("ca-0"), w.candidate("ca-1")
+	w.start(a)
+	w.start(b)
+	w.oneLeader(a, b)
+	return a, b
+}
+
+// wantTerms fails the test unless c's Lead has started want times.
+func (c *candidate) wantTerms(t *testing.T, want int32) {
+	t.Helper()
+	if got := c.terms.Load(); got != want {
+		t.Errorf("%s started Lead %d times, want %d", c.id, got, want)
+	}
+}
+
 // oneLeader checks that exactly one candidate leads, the one the Lease
 // names, and returns it.
 func (w *world) oneLeader(cs ...*candidate) *candidate {
@@ -379,9 +406,7 @@ func TestOneLeaderRenews(t *testing.T) {
 			t.Errorf("%s: meshid_ca_leader = %v, want %v", c.id, got, want)
 		}
 	}
-	if leader.terms.Load() != 1 {
-		t.Errorf("leader started Lead %d times, want 1", leader.terms.Load())
-	}
+	leader.wantTerms(t, 1)
 }
 
 // Stopping the leader waits for its Lead, then clears the holder: the
@@ -389,10 +414,7 @@ func TestOneLeaderRenews(t *testing.T) {
 // have expired.
 func TestReleaseOnCancel(t *testing.T) {
 	w := newWorld(t)
-	a, b := w.candidate("ca-0"), w.candidate("ca-1")
-	w.start(a)
-	w.start(b)
-	w.oneLeader(a, b)
+	a, b := w.twoCandidates()
 	w.stop(a)
 	if a.running.Load() != 0 || a.e.IsLeader() || testkit.Metric(t, a.reg, "meshid_ca_leader") != 0 {
 		t.Fatal("ca-0 still leads after Run returned")
@@ -459,10 +481,7 @@ func TestHeldLeaseRespected(t *testing.T) {
 // before the follower may take the Lease: never two leaders.
 func TestStepsDownWhenItCannotRenew(t *testing.T) {
 	w := newWorld(t)
-	a, b := w.candidate("ca-0"), w.candidate("ca-1")
-	w.start(a)
-	w.start(b)
-	w.oneLeader(a, b)
+	a, b := w.twoCandidates()
 	a.cut.Store(true)
 	cutAt := w.clk.Now()
 	var steppedDown, tookOver time.Duration
@@ -501,9 +520,7 @@ func TestStepsDownWhenItCannotRenew(t *testing.T) {
 // interrupt Lead.
 func TestTransientRenewFailureKeepsLeading(t *testing.T) {
 	w := newWorld(t)
-	a := w.candidate("ca-0")
-	w.start(a)
-	w.oneLeader(a)
+	a := w.leading("ca-0")
 	for range 10 {
 		a.cut.Store(true)
 		w.tick(retry)
@@ -512,9 +529,7 @@ func TestTransientRenewFailureKeepsLeading(t *testing.T) {
 		w.tick(retry)
 	}
 	w.oneLeader(a)
-	if a.terms.Load() != 1 {
-		t.Errorf("Lead started %d times, want 1", a.terms.Load())
-	}
+	a.wantTerms(t, 1)
 }
 
 // Someone else takes the Lease: the leader's next renewal conflicts, it
@@ -522,9 +537,7 @@ func TestTransientRenewFailureKeepsLeading(t *testing.T) {
 // the Lease is gone it leads a second term, never two at once.
 func TestLeadStopsWhenTheLeaseIsTaken(t *testing.T) {
 	w := newWorld(t)
-	a := w.candidate("ca-0")
-	w.start(a)
-	w.oneLeader(a)
+	a := w.leading("ca-0")
 	w.putLease(held("thief", 3600, w.clk.Now()))
 	w.tick(retry)
 	if ids := w.leaders(a); len(ids) != 0 || a.e.Leader() != "thief" {
@@ -535,9 +548,7 @@ func TestLeadStopsWhenTheLeaseIsTaken(t *testing.T) {
 	}
 	w.tick(retry)
 	w.oneLeader(a)
-	if a.terms.Load() != 2 {
-		t.Errorf("Lead started %d times, want 2", a.terms.Load())
-	}
+	a.wantTerms(t, 2)
 }
 
 // Candidates that saw the same expired Lease all write it at the same
@@ -647,32 +658,17 @@ func TestNewValidates(t *testing.T) {
 	client := fake.NewClientset()
 	lead := func(context.Context) {}
 	ok := election.Config{Client: client, Namespace: ns, Candidate: election.Candidate{Identity: "x"}, Lead: lead}
-	tests := []struct {
-		name   string
-		modify func(*election.Config)
-	}{
-		{"no client", func(c *election.Config) { c.Client = nil }},
-		{"no namespace", func(c *election.Config) { c.Namespace = "" }},
-		{"no identity", func(c *election.Config) { c.Identity = "" }},
-		{"no lead", func(c *election.Config) { c.Lead = nil }},
-		{"renew deadline not below lease", func(c *election.Config) { c.LeaseDuration, c.RenewDeadline = time.Second, time.Second }},
-		{"retry too long for renew", func(c *election.Config) { c.RetryPeriod = 9 * time.Second }},
-		{"negative retry", func(c *election.Config) { c.RetryPeriod = -time.Second }},
-		{"negative renew deadline", func(c *election.Config) { c.RenewDeadline = -time.Second }},
-		{"lease under a second", func(c *election.Config) {
+	testkit.Refuses(t, election.New, ok, map[string]func(*election.Config){
+		"no client":                      func(c *election.Config) { c.Client = nil },
+		"no namespace":                   func(c *election.Config) { c.Namespace = "" },
+		"no identity":                    func(c *election.Config) { c.Identity = "" },
+		"no lead":                        func(c *election.Config) { c.Lead = nil },
+		"renew deadline not below lease": func(c *election.Config) { c.LeaseDuration, c.RenewDeadline = time.Second, time.Second },
+		"retry too long for renew":       func(c *election.Config) { c.RetryPeriod = 9 * time.Second },
+		"negative retry":                 func(c *election.Config) { c.RetryPeriod = -time.Second },
+		"negative renew deadline":        func(c *election.Config) { c.RenewDeadline = -time.Second },
+		"lease under a second": func(c *election.Config) {
 			c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 900*time.Millisecond, 500*time.Millisecond, 100*time.Millisecond
-		}},
-	}
-	if _, err := election.New(ok); err != nil {
-		t.Fatalf("valid config: %v", err)
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := ok
-			tc.modify(&cfg)
-			if _, err := election.New(cfg); err == nil {
-				t.Fatal("New accepted an invalid config")
-			}
-		})
-	}
+		},
+	})
 }

@@ -87,14 +87,9 @@ type Store struct {
 
 // New validates cfg and returns a Store. It starts nothing.
 func New(cfg Config) (*Store, error) {
-	switch {
-	case cfg.Client == nil:
-		return nil, errors.New("jwtsecret: Client is required")
-	case cfg.Namespace == "":
-		return nil, errors.New("jwtsecret: Namespace is required")
-	case cfg.Identity == "":
-		return nil, errors.New("jwtsecret: Identity is required")
-	case cfg.RetryInterval < 0 || cfg.Resync < 0:
+	// Client, Namespace and the Candidate are checked by election.New
+	// below, before anything is registered.
+	if cfg.RetryInterval < 0 || cfg.Resync < 0 {
 		return nil, errors.New("jwtsecret: intervals must not be negative")
 	}
 	var err error
@@ -119,9 +114,6 @@ func New(cfg Config) (*Store, error) {
 		writes: metric.Counter("meshid_jwt_key_secret_writes_total",
 			"JWT signing key Secrets created or updated by this replica as the leader."),
 	}
-	if err := metric.Register(cfg.Registerer, s.loads, s.writes); err != nil {
-		return nil, fmt.Errorf("jwtsecret: register metrics: %w", err)
-	}
 	// The CA's own Lease (ca/kube) has the default leader gauge; this
 	// Lease's is LeaderMetric, so the two share a registry.
 	s.elector, err = election.New(election.Config{
@@ -136,6 +128,9 @@ func New(cfg Config) (*Store, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jwtsecret: %w", err)
+	}
+	if err := metric.Register(cfg.Registerer, s.loads, s.writes); err != nil {
+		return nil, fmt.Errorf("jwtsecret: register metrics: %w", err)
 	}
 	return s, nil
 }

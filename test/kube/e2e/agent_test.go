@@ -46,7 +46,7 @@ func TestAgentEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := harness.StartProcess("meshid-agent", meshid(t), filepath.Join(dir, "agent.log"), nil, "agent",
+	runMeshid(t, "meshid-agent", dir, monitor, "agent",
 		"--ca-addr", srv.addr,
 		"--ca-root", filepath.Join(srv.stateDir, "root-cert.pem"),
 		"--token-file", tokenFile,
@@ -54,19 +54,6 @@ func TestAgentEndToEnd(t *testing.T) {
 		"--monitoring-listen", monitor,
 		"--trust-domain", trustDomain.Name(),
 	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := agent.Stop(20 * time.Second); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			t.Logf("meshid agent log:\n%s", agent.Tail(8192))
-		}
-	})
-	// /readyz turns 200 once the agent holds its first certificate.
-	waitHTTP(t, agent, "http://"+monitor+"/readyz")
 
 	sds := secretv3.NewSecretDiscoveryServiceClient(testkit.DialUnix(t, socket))
 	node := &corev3.Node{Id: "sidecar~10.0.0.1~workload-0.agent-e2e~agent-e2e.svc.cluster.local", Cluster: "workload"}

@@ -101,22 +101,10 @@ func startKubeAgent(t *testing.T, ca *caServer, pod *corev1.Pod, caRoot, ttl str
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "sds.sock")
-	agent, err := harness.StartProcess("meshid-agent-"+sa, meshid(t), filepath.Join(dir, "agent.log"), nil, "agent",
+	runMeshid(t, "meshid-agent-"+sa, dir, monitor, "agent",
 		"--ca-addr", ca.addr, "--ca-root", caRoot, "--ca-root-refresh", "2s",
 		"--token-file", tokenFile, "--sds-socket", sock, "--cert-ttl", ttl,
 		"--monitoring-listen", monitor, "--trust-domain", trustDomain.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := agent.Stop(20 * time.Second); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			t.Logf("meshid agent %s log:\n%s", sa, agent.Tail(8192))
-		}
-	})
-	waitHTTP(t, agent, "http://"+monitor+"/readyz")
 	return testkit.FollowSDS(t, sock, workloadID(ns, sa))
 }
 

@@ -81,23 +81,36 @@ func startCA(t *testing.T, kubeconfig string, extra ...string) *caServer {
 		"--kubeconfig", kubeconfig,
 		"--token-audiences", "istio-ca",
 	}, extra...)
-	s.proc, err = harness.StartProcess("meshid-server", meshid(t), filepath.Join(dir, "server.log"), nil, args...)
+	s.proc = runMeshid(t, "meshid-server", dir, monitor, args...)
+	t.Cleanup(func() { // before the process stops
+		if s.conn != nil {
+			s.conn.Close()
+		}
+	})
+	return s
+}
+
+// runMeshid runs the meshid binary with args as name, its log in
+// dir/name.log, until the test ends (logging the log's tail when the test
+// failed), and returns once /readyz on its --monitoring-listen address,
+// monitor, answers 200: the server serves, the agent holds its first
+// certificate.
+func runMeshid(t *testing.T, name, dir, monitor string, args ...string) *harness.Process {
+	t.Helper()
+	p, err := harness.StartProcess(name, meshid(t), filepath.Join(dir, name+".log"), nil, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if s.conn != nil {
-			s.conn.Close()
-		}
-		if err := s.proc.Stop(20 * time.Second); err != nil {
+		if err := p.Stop(20 * time.Second); err != nil {
 			t.Error(err)
 		}
 		if t.Failed() {
-			t.Logf("meshid server log:\n%s", s.proc.Tail(8192))
+			t.Logf("%s log:\n%s", name, p.Tail(8192))
 		}
 	})
-	waitHTTP(t, s.proc, "http://"+monitor+"/readyz")
-	return s
+	waitHTTP(t, p, "http://"+monitor+"/readyz")
+	return p
 }
 
 // connect dials the CA's gRPC endpoint, trusting roots (the serving

@@ -18,6 +18,7 @@ type reportJSON struct {
 	Failed      int             `json:"failed"`
 	TimeToReady latency.Summary `json:"time_to_ready"`
 	AllReadyMS  float64         `json:"all_ready_ms"`
+	GCCycles    uint64          `json:"gc_cycles"`
 	Memory      *memoryJSON     `json:"memory,omitempty"`
 	Rotation    *rotationJSON   `json:"rotation,omitempty"`
 }
@@ -51,6 +52,7 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 	j := reportJSON{
 		Streams: r.Streams, Connections: r.Connections, Resources: r.Resources,
 		Ready: r.Ready, Failed: r.Failed, TimeToReady: r.TimeToReady, AllReadyMS: latency.Millis(r.AllReady),
+		GCCycles: r.GCCycles,
 	}
 	if m := r.Memory; m != nil {
 		j.Memory = &memoryJSON{PID: m.PID, BeforeBytes: m.Before, AfterBytes: m.After,
@@ -68,6 +70,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "STREAMS\t%d over %d connections, each subscribing %s\n", r.Streams, r.Connections, strings.Join(r.Resources, ", "))
 	fmt.Fprintf(tw, "READY\t%d/%d (%d failed)\n", r.Ready, r.Streams, r.Failed)
 	fmt.Fprintf(tw, "TIME TO READY\t%s (all ready after %s)\n", percentiles(r.TimeToReady), latency.Format(r.AllReady))
+	fmt.Fprintf(tw, "LOAD GC\t%d collections of this process while the streams opened\n", r.GCCycles)
 	if m := r.Memory; m != nil {
 		fmt.Fprintf(tw, "AGENT RSS\tbefore %s, with streams open %s (%+.1f KiB/stream)", mib(m.Before), mib(m.After), m.PerStream(r.Ready)/1024)
 		if m.AfterRotation > 0 {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -265,6 +266,7 @@ func TestBenchSDS(t *testing.T) {
 		Streams, Connections, Ready, Failed int
 		Resources                           []string
 		TimeToReady                         struct{ Count int } `json:"time_to_ready"`
+		GCCycles                            *uint64             `json:"gc_cycles"`
 		Memory                              *struct{}
 		Rotation                            *struct {
 			Streams, Rotated int
@@ -281,6 +283,9 @@ func TestBenchSDS(t *testing.T) {
 	if rep.Memory != nil {
 		t.Errorf("memory reported without --agent-pid:\n%s", stdout)
 	}
+	if rep.GCCycles == nil || *rep.GCCycles != 0 {
+		t.Errorf("the tool's collector ran while it measured (--hold-gc is on by default):\n%s", stdout)
+	}
 	if n := a.rotations(t); n != 2 || rep.Rotation == nil || rep.Rotation.Streams != 40 || rep.Rotation.Rotated != 40 || rep.Rotation.AllMS <= 0 {
 		t.Errorf("certificates obtained = %v, want the first and one rotation; report:\n%s", n, stdout)
 	}
@@ -293,6 +298,29 @@ func TestBenchSDS(t *testing.T) {
 	for _, want := range []string{"5/5 (0 failed)", "TIME TO READY", "AGENT RSS", "with streams open"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// TestBenchSDSHoldGC: by default the tool's collector stays off while it
+// measures; --hold-gc=false leaves it on, and the report counts its
+// collections (GOGC=1 here, so that a run with the collector on collects).
+func TestBenchSDSHoldGC(t *testing.T) {
+	a := startBenchAgent(t)
+	defer debug.SetGCPercent(debug.SetGCPercent(1))
+	for _, tc := range []struct {
+		flag    string
+		collect bool
+	}{{"--hold-gc=true", false}, {"--hold-gc=false", true}} {
+		stdout, stderr, err := benchRun(t, "sds", "--sds-socket", a.socket, "--streams", "100", "--open-concurrency", "1", tc.flag, "-o", "json", "-q")
+		if err != nil {
+			t.Fatalf("bench sds %s: %v\n%s", tc.flag, err, stderr)
+		}
+		var rep struct {
+			GCCycles uint64 `json:"gc_cycles"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil || (rep.GCCycles > 0) != tc.collect {
+			t.Errorf("%s: gc_cycles = %d (%v), want collections: %v\n%s", tc.flag, rep.GCCycles, err, tc.collect, stdout)
 		}
 	}
 }

@@ -103,6 +103,7 @@ func (l *Loader) Run(ctx context.Context) (*Report, error) {
 	t.mu.Lock()
 	rep.Ready, rep.Failed = t.ready, t.failed
 	rep.TimeToReady = latency.Summarize(append([]time.Duration(nil), t.readyLat...))
+	rep.Slowest = t.slowest(l.cfg.Slowest, start)
 	if t.ready > 0 {
 		rep.AllReady = t.lastReady.Sub(start)
 	}
@@ -196,12 +197,14 @@ func (l *Loader) stream(ctx context.Context, t *tracker, sem chan struct{}, i in
 		}
 	}
 
-	t0 := l.clock.Now()
+	ph := phases{start: l.clock.Now(), gc: gcCycles()}
+	t0 := ph.start
 	s, err := client.StreamSecrets(ctx)
 	if err != nil {
 		fail(err)
 		return
 	}
+	ph.opened = l.clock.Now()
 	req := &discoveryv3.DiscoveryRequest{
 		Node:          &corev3.Node{Id: fmt.Sprintf("%s-%d", l.cfg.NodeID, i)},
 		TypeUrl:       SecretTypeURL,
@@ -211,6 +214,7 @@ func (l *Loader) stream(ctx context.Context, t *tracker, sem chan struct{}, i in
 		fail(err)
 		return
 	}
+	ph.sent = l.clock.Now()
 	want := uint64(1)<<len(l.names) - 1
 	var have uint64
 	ready := false
@@ -222,6 +226,9 @@ func (l *Loader) stream(ctx context.Context, t *tracker, sem chan struct{}, i in
 			return
 		}
 		now := l.clock.Now()
+		if ph.first.IsZero() {
+			ph.first = now
+		}
 		for _, a := range resp.GetResources() {
 			if err := a.UnmarshalTo(&secret); err != nil {
 				fail(fmt.Errorf("resource: %w", err))
@@ -239,7 +246,8 @@ func (l *Loader) stream(ctx context.Context, t *tracker, sem chan struct{}, i in
 		}
 		if have == want && !ready {
 			ready = true
-			t.readyAt(i, now.Sub(t0), now)
+			ph.gc = gcCycles() - ph.gc
+			t.readyAt(i, now.Sub(t0), now, ph)
 			release()
 		}
 		ack := &discoveryv3.DiscoveryRequest{

@@ -75,6 +75,9 @@ type Config struct {
 	// means 1s), from a goroutine of its own.
 	Progress         func(Progress)
 	ProgressInterval time.Duration
+	// Slowest is the number of slowest streams whose phases the report
+	// lists (Report.Slowest); 0 lists none.
+	Slowest int
 	// HoldGC turns this process's garbage collector off while Run
 	// measures (after one collection), with a soft memory limit of
 	// HoldGCLimit bytes (0 means DefaultHoldGCLimit; a lower GOMEMLIMIT
@@ -130,8 +133,8 @@ func New(cfg Config) (*Loader, error) {
 	if cfg.Streams <= 0 {
 		return nil, fmt.Errorf("sdsload: streams %d must be positive", cfg.Streams)
 	}
-	if cfg.StreamsPerConn < 0 || cfg.OpenConcurrency < 0 || cfg.Timeout < 0 || cfg.ProgressInterval < 0 || cfg.PID < 0 || cfg.HoldGCLimit < 0 {
-		return nil, errors.New("sdsload: streams per connection, open concurrency, timeout, progress interval, pid and GC hold limit must not be negative")
+	if cfg.StreamsPerConn < 0 || cfg.OpenConcurrency < 0 || cfg.Timeout < 0 || cfg.ProgressInterval < 0 || cfg.PID < 0 || cfg.HoldGCLimit < 0 || cfg.Slowest < 0 {
+		return nil, errors.New("sdsload: streams per connection, open concurrency, timeout, progress interval, pid, GC hold limit and slowest must not be negative")
 	}
 	cfg.HoldGCLimit = cmp.Or(cfg.HoldGCLimit, DefaultHoldGCLimit)
 	cfg.StreamsPerConn = cmp.Or(cfg.StreamsPerConn, DefaultStreamsPerConn)
@@ -187,6 +190,9 @@ type Report struct {
 	// and the agent when it runs in the same process) from the first
 	// stream opening until every stream was ready.
 	GCCycles uint64
+	// Slowest lists the Config.Slowest streams that took longest to be
+	// ready, with where their time went.
+	Slowest []StreamTiming
 	// Memory is the agent's resident set size, when its PID is known.
 	Memory *Memory
 	// Rotation is set when a rotation was forced.

@@ -328,6 +328,8 @@ func TestReportJSONAndTable(t *testing.T) {
 		Streams: 100, Connections: 1, Resources: []string{"default", "ROOTCA"}, Ready: 100,
 		TimeToReady: latency.Summary{Count: 100, P50: ms, P90: 2 * ms, P99: 3 * ms, Max: 4 * ms},
 		AllReady:    50 * ms, GCCycles: 2,
+		Slowest: []sdsload.StreamTiming{{Stream: 7, At: 20 * ms, Open: ms / 10, Request: ms / 100, FirstResponse: 3 * ms,
+			Rest: ms / 50, Total: 4 * ms, GCCycles: 1}},
 		Memory:   &sdsload.Memory{PID: 42, Before: 10 << 20, After: 12 << 20, AfterRotation: 13 << 20},
 		Rotation: &sdsload.Rotation{Streams: 100, Rotated: 100, Latency: latency.Summary{Count: 100, P50: 5 * ms, Max: 9 * ms}, All: 9 * ms},
 	}
@@ -342,7 +344,8 @@ func TestReportJSONAndTable(t *testing.T) {
 	mem := got["memory"].(map[string]any)
 	rot := got["rotation"].(map[string]any)
 	if got["ready"] != 100.0 || got["all_ready_ms"] != 50.0 || mem["per_stream_bytes"] != 20971.0 ||
-		rot["rotated"] != 100.0 || got["gc_cycles"] != 2.0 || rot["all_ms"] != 9.0 || got["time_to_ready"].(map[string]any)["p99_ms"] != 3.0 {
+		rot["rotated"] != 100.0 || got["gc_cycles"] != 2.0 ||
+		got["slowest"].([]any)[0].(map[string]any)["first_response_ms"] != 3.0 || rot["all_ms"] != 9.0 || got["time_to_ready"].(map[string]any)["p99_ms"] != 3.0 {
 		t.Errorf("JSON = %s", b)
 	}
 	var sb strings.Builder
@@ -353,6 +356,7 @@ func TestReportJSONAndTable(t *testing.T) {
 READY             100/100 (0 failed)
 TIME TO READY     p50 1.00ms  p90 2.00ms  p99 3.00ms  max 4.00ms (all ready after 50.0ms)
 LOAD GC           2 collections of this process while the streams opened
+SLOW STREAM       #7 at 20.0ms: 4.00ms = open 100µs + request 10.0µs + first response 3.00ms + rest 20.0µs; load GC 1
 AGENT RSS         before 10.0 MiB, with streams open 12.0 MiB (+20.5 KiB/stream), after rotation 13.0 MiB
 ROTATION          100/100 streams got the new certificate, the last after 9.00ms
 ROTATION LATENCY  p50 5.00ms  p90 0  p99 0  max 9.00ms
@@ -466,4 +470,56 @@ func streamGoroutines(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return strings.Count(b.String(), "sdsload.(*Loader).stream(")
+}
+
+// slowFetch is the agent's Source; its nth fetch of the certificate moves
+// the load's fake clock by delay, as if the agent took that long to answer.
+type slowFetch struct {
+	sds.Source
+	clk   *clock.Fake
+	nth   int
+	delay time.Duration
+
+	mu    sync.Mutex
+	count int
+}
+
+func (s *slowFetch) Secret(ctx context.Context, name string) (*secretcache.Secret, error) {
+	if name == secretcache.DefaultName {
+		s.mu.Lock()
+		s.count++
+		if s.count == s.nth {
+			s.clk.Add(s.delay)
+		}
+		s.mu.Unlock()
+	}
+	return s.Source.Secret(ctx, name)
+}
+
+// TestSlowestStreams: the report lists the slowest streams with where
+// their time went; an agent slow to answer one stream's first request shows
+// as that stream's first response.
+func TestSlowestStreams(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	s := &slowFetch{clk: clk, nth: 3, delay: 5 * time.Millisecond}
+	a := startAgentWith(t, func(src sds.Source) sds.Source { s.Source = src; return s })
+	l, err := sdsload.New(sdsload.Config{Socket: a.socket, Streams: 6, OpenConcurrency: 1, Slowest: 2, Clock: clk, HoldGC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := l.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Slowest) != 2 {
+		t.Fatalf("slowest = %+v, want 2", rep.Slowest)
+	}
+	got := rep.Slowest[0]
+	want := sdsload.StreamTiming{Stream: 2, FirstResponse: 5 * time.Millisecond, Total: 5 * time.Millisecond}
+	if got != want {
+		t.Errorf("slowest stream = %+v, want %+v", got, want)
+	}
+	if rep.Slowest[1].Total != 0 || rep.TimeToReady.Max != 5*time.Millisecond {
+		t.Errorf("second slowest = %+v, max %v", rep.Slowest[1], rep.TimeToReady.Max)
+	}
 }

@@ -22,6 +22,7 @@ type tracker struct {
 	failed    int
 	openDone  int // streams ready or failed before being ready
 	readyLat  []time.Duration
+	phases    []phases // of the ready streams, by stream
 	lastReady time.Time
 	allReady  chan struct{}
 
@@ -42,7 +43,7 @@ func newTracker(n int, now time.Time) *tracker {
 	return &tracker{
 		n: n, phase: PhaseOpen, phaseStart: now,
 		isReadyS: make([]bool, n), dead: make([]bool, n), fp: make([]uint64, n),
-		readyLat: make([]time.Duration, 0, n),
+		readyLat: make([]time.Duration, 0, n), phases: make([]phases, n),
 		allReady: make(chan struct{}), allRotated: make(chan struct{}),
 	}
 }
@@ -62,12 +63,14 @@ func fingerprint(s *tlsv3.Secret, encoded []byte) uint64 {
 	return maphash.Bytes(seed, encoded)
 }
 
-func (t *tracker) readyAt(i int, d time.Duration, now time.Time) {
+func (t *tracker) readyAt(i int, d time.Duration, now time.Time, ph phases) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.isReadyS[i] {
 		return
 	}
+	ph.ready = now
+	t.phases[i] = ph
 	t.isReadyS[i] = true
 	t.ready++
 	t.readyLat = append(t.readyLat, d)

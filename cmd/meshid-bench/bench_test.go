@@ -255,7 +255,7 @@ func TestBenchSDS(t *testing.T) {
 	a := startBenchAgent(t)
 
 	stdout, stderr, err := benchRun(t, "sds", "--sds-socket", a.socket, "--streams", "40",
-		"--streams-per-conn", "15", "--rotate", "--agent-admin", a.admin, "-o", "json", "-q")
+		"--streams-per-conn", "15", "--rotate", "--agent-admin", a.admin, "-o", "json", "-q", "--slowest", "3")
 	if err != nil {
 		t.Fatalf("bench sds: %v\n%s", err, stderr)
 	}
@@ -267,8 +267,12 @@ func TestBenchSDS(t *testing.T) {
 		Resources                           []string
 		TimeToReady                         struct{ Count int } `json:"time_to_ready"`
 		GCCycles                            *uint64             `json:"gc_cycles"`
-		Memory                              *struct{}
-		Rotation                            *struct {
+		Slowest                             []struct {
+			Stream  int
+			TotalMS float64 `json:"total_ms"`
+		}
+		Memory   *struct{}
+		Rotation *struct {
 			Streams, Rotated int
 			AllMS            float64 `json:"all_ms"`
 		}
@@ -282,6 +286,9 @@ func TestBenchSDS(t *testing.T) {
 	}
 	if rep.Memory != nil {
 		t.Errorf("memory reported without --agent-pid:\n%s", stdout)
+	}
+	if len(rep.Slowest) != 3 || rep.Slowest[0].TotalMS <= 0 || rep.Slowest[0].TotalMS < rep.Slowest[2].TotalMS {
+		t.Errorf("--slowest 3 listed %+v:\n%s", rep.Slowest, stdout)
 	}
 	if rep.GCCycles == nil || *rep.GCCycles != 0 {
 		t.Errorf("the tool's collector ran while it measured (--hold-gc is on by default):\n%s", stdout)

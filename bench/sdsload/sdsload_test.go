@@ -433,14 +433,15 @@ func (s *stuckFirst) Secret(ctx context.Context, name string) (*secretcache.Secr
 
 // TestOpenConcurrencyStartsStreamsInTurn: with OpenConcurrency 1 a stream's
 // goroutine starts only when the one before it is ready; while the first
-// stream waits for its certificate, no other exists. (It used to start
+// stream waits for its certificate, no other exists (and HoldGC holds the
+// collector off, with the default memory limit). (It used to start
 // every stream's goroutine at once, parked on the slots, and the first
 // streams shared the CPUs with them.)
 func TestOpenConcurrencyStartsStreamsInTurn(t *testing.T) {
 	s := &stuckFirst{arrived: make(chan struct{}), release: make(chan struct{})}
 	a := startAgentWith(t, func(src sds.Source) sds.Source { s.Source = src; return s })
 	const n = 50
-	l, err := sdsload.New(sdsload.Config{Socket: a.socket, Streams: n, OpenConcurrency: 1})
+	l, err := sdsload.New(sdsload.Config{Socket: a.socket, Streams: n, OpenConcurrency: 1, HoldGC: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,12 +454,19 @@ func TestOpenConcurrencyStartsStreamsInTurn(t *testing.T) {
 		t.Fatalf("Run ended before the first stream asked for its certificate: %v", res.Err)
 	}
 	got := streamGoroutines(t)
+	// Meanwhile HoldGC holds the collector off under the default limit.
+	limit := debug.SetMemoryLimit(-1)
+	percent := debug.SetGCPercent(-1)
+	debug.SetGCPercent(percent)
 	close(s.release)
 	if res := <-done; res.Err != nil || res.Value.Ready != n {
 		t.Fatalf("Run = %+v, %v", res.Value, res.Err)
 	}
 	if got != 1 {
 		t.Errorf("%d stream goroutines while the first stream opened, want 1", got)
+	}
+	if limit != sdsload.DefaultHoldGCLimit || percent != -1 {
+		t.Errorf("during the run: memory limit %d, GOGC %d; want %d and off", limit, percent, sdsload.DefaultHoldGCLimit)
 	}
 }
 

@@ -18,8 +18,21 @@ type reportJSON struct {
 	Failed      int             `json:"failed"`
 	TimeToReady latency.Summary `json:"time_to_ready"`
 	AllReadyMS  float64         `json:"all_ready_ms"`
+	GCCycles    uint64          `json:"gc_cycles"`
+	Slowest     []slowJSON      `json:"slowest,omitempty"`
 	Memory      *memoryJSON     `json:"memory,omitempty"`
 	Rotation    *rotationJSON   `json:"rotation,omitempty"`
+}
+
+type slowJSON struct {
+	Stream          int     `json:"stream"`
+	AtMS            float64 `json:"at_ms"`
+	OpenMS          float64 `json:"open_ms"`
+	RequestMS       float64 `json:"request_ms"`
+	FirstResponseMS float64 `json:"first_response_ms"`
+	RestMS          float64 `json:"rest_ms"`
+	TotalMS         float64 `json:"total_ms"`
+	GCCycles        uint64  `json:"gc_cycles"`
 }
 
 type memoryJSON struct {
@@ -51,6 +64,12 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 	j := reportJSON{
 		Streams: r.Streams, Connections: r.Connections, Resources: r.Resources,
 		Ready: r.Ready, Failed: r.Failed, TimeToReady: r.TimeToReady, AllReadyMS: latency.Millis(r.AllReady),
+		GCCycles: r.GCCycles,
+	}
+	for _, st := range r.Slowest {
+		j.Slowest = append(j.Slowest, slowJSON{Stream: st.Stream, AtMS: latency.Millis(st.At), OpenMS: latency.Millis(st.Open),
+			RequestMS: latency.Millis(st.Request), FirstResponseMS: latency.Millis(st.FirstResponse),
+			RestMS: latency.Millis(st.Rest), TotalMS: latency.Millis(st.Total), GCCycles: st.GCCycles})
 	}
 	if m := r.Memory; m != nil {
 		j.Memory = &memoryJSON{PID: m.PID, BeforeBytes: m.Before, AfterBytes: m.After,
@@ -68,6 +87,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "STREAMS\t%d over %d connections, each subscribing %s\n", r.Streams, r.Connections, strings.Join(r.Resources, ", "))
 	fmt.Fprintf(tw, "READY\t%d/%d (%d failed)\n", r.Ready, r.Streams, r.Failed)
 	fmt.Fprintf(tw, "TIME TO READY\t%s (all ready after %s)\n", percentiles(r.TimeToReady), latency.Format(r.AllReady))
+	fmt.Fprintf(tw, "LOAD GC\t%d collections of this process while the streams opened\n", r.GCCycles)
+	for _, st := range r.Slowest {
+		fmt.Fprintf(tw, "SLOW STREAM\t#%d at %s: %s = open %s + request %s + first response %s + rest %s; load GC %d\n",
+			st.Stream, latency.Format(st.At), latency.Format(st.Total), latency.Format(st.Open), latency.Format(st.Request),
+			latency.Format(st.FirstResponse), latency.Format(st.Rest), st.GCCycles)
+	}
 	if m := r.Memory; m != nil {
 		fmt.Fprintf(tw, "AGENT RSS\tbefore %s, with streams open %s (%+.1f KiB/stream)", mib(m.Before), mib(m.After), m.PerStream(r.Ready)/1024)
 		if m.AfterRotation > 0 {

@@ -23,6 +23,9 @@ var SecretTypeURL = "type.googleapis.com/" + string(proto.MessageName(&tlsv3.Sec
 // the streams. On a timeout it returns the report so far and an error.
 func (l *Loader) Run(ctx context.Context) (*Report, error) {
 	rep := &Report{Streams: l.cfg.Streams, Resources: l.names}
+	if l.cfg.HoldGC {
+		defer holdGC(l.cfg.HoldGCLimit)()
+	}
 	if l.cfg.PID > 0 {
 		rss, err := RSS(l.cfg.PID)
 		if err != nil {
@@ -66,17 +69,41 @@ func (l *Loader) Run(ctx context.Context) (*Report, error) {
 		cctxs[i], cancel = context.WithCancel(sctx)
 		defer cancel()
 	}
+	gc0 := gcCycles()
 	start := l.clock.Now()
-	for i := range l.cfg.Streams {
+	open := func(i int) {
 		c := i / l.cfg.StreamsPerConn
 		client := secretv3.NewSecretDiscoveryServiceClient(conns[c])
 		streams.Go(func() { l.stream(cctxs[c], t, sem, i, client) })
 	}
+	if sem == nil {
+		for i := range l.cfg.Streams {
+			open(i)
+		}
+	} else {
+		// A stream's goroutine starts when a slot is free, in order. With
+		// a goroutine per stream parked on the slots from the start, the
+		// first streams shared the CPUs with thousands of goroutines
+		// starting and parking, and the collection of their stacks: the
+		// 9-20 ms maximum of every --open-concurrency 1 run.
+		streams.Go(func() {
+			for i := range l.cfg.Streams {
+				select {
+				case sem <- struct{}{}:
+				case <-sctx.Done():
+					return
+				}
+				open(i)
+			}
+		})
+	}
 
 	werr := l.wait(ctx, t.open.all, "every stream to be ready")
+	rep.GCCycles = gcCycles() - gc0
 	t.mu.Lock()
 	rep.Ready, rep.Failed = t.open.reached, t.failed
 	rep.TimeToReady = latency.Summarize(append([]time.Duration(nil), t.open.lat...))
+	rep.Slowest = t.slowest(l.cfg.Slowest, start)
 	if t.open.reached > 0 {
 		rep.AllReady = t.open.last.Sub(start)
 	}
@@ -153,15 +180,9 @@ func (l *Loader) progress(t *tracker, finished <-chan struct{}) {
 	}
 }
 
-// stream runs one SDS stream until ctx ends or the stream fails.
+// stream runs one SDS stream until ctx ends or the stream fails. With
+// OpenConcurrency, it holds a slot of sem (taken by Run) until it is ready.
 func (l *Loader) stream(ctx context.Context, t *tracker, sem chan struct{}, i int, client secretv3.SecretDiscoveryServiceClient) {
-	if sem != nil {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-	}
 	release := func() {
 		if sem != nil {
 			<-sem
@@ -176,12 +197,14 @@ func (l *Loader) stream(ctx context.Context, t *tracker, sem chan struct{}, i in
 		}
 	}
 
-	t0 := l.clock.Now()
+	ph := phases{start: l.clock.Now(), gc: gcCycles()}
+	t0 := ph.start
 	s, err := client.StreamSecrets(ctx)
 	if err != nil {
 		fail(err)
 		return
 	}
+	ph.opened = l.clock.Now()
 	req := &discoveryv3.DiscoveryRequest{
 		Node:          &corev3.Node{Id: fmt.Sprintf("%s-%d", l.cfg.NodeID, i)},
 		TypeUrl:       SecretTypeURL,
@@ -191,6 +214,7 @@ func (l *Loader) stream(ctx context.Context, t *tracker, sem chan struct{}, i in
 		fail(err)
 		return
 	}
+	ph.sent = l.clock.Now()
 	want := uint64(1)<<len(l.names) - 1
 	var have uint64
 	ready := false
@@ -202,6 +226,9 @@ func (l *Loader) stream(ctx context.Context, t *tracker, sem chan struct{}, i in
 			return
 		}
 		now := l.clock.Now()
+		if ph.first.IsZero() {
+			ph.first = now
+		}
 		for _, a := range resp.GetResources() {
 			if err := a.UnmarshalTo(&secret); err != nil {
 				fail(fmt.Errorf("resource: %w", err))
@@ -219,7 +246,8 @@ func (l *Loader) stream(ctx context.Context, t *tracker, sem chan struct{}, i in
 		}
 		if have == want && !ready {
 			ready = true
-			t.readyAt(i, now.Sub(t0), now)
+			ph.gc = gcCycles() - ph.gc
+			t.readyAt(i, now.Sub(t0), now, ph)
 			release()
 		}
 		ack := &discoveryv3.DiscoveryRequest{

@@ -3,11 +3,15 @@ package sdsload_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -323,9 +327,11 @@ func TestReportJSONAndTable(t *testing.T) {
 	rep := &sdsload.Report{
 		Streams: 100, Connections: 1, Resources: []string{"default", "ROOTCA"}, Ready: 100,
 		TimeToReady: latency.Summary{Count: 100, P50: ms, P90: 2 * ms, P99: 3 * ms, Max: 4 * ms},
-		AllReady:    50 * ms,
-		Memory:      &sdsload.Memory{PID: 42, Before: 10 << 20, After: 12 << 20, AfterRotation: 13 << 20},
-		Rotation:    &sdsload.Rotation{Streams: 100, Rotated: 100, Latency: latency.Summary{Count: 100, P50: 5 * ms, Max: 9 * ms}, All: 9 * ms},
+		AllReady:    50 * ms, GCCycles: 2,
+		Slowest: []sdsload.StreamTiming{{Stream: 7, At: 20 * ms, Open: ms / 10, Request: ms / 100, FirstResponse: 3 * ms,
+			Rest: ms / 50, Total: 4 * ms, GCCycles: 1}},
+		Memory:   &sdsload.Memory{PID: 42, Before: 10 << 20, After: 12 << 20, AfterRotation: 13 << 20},
+		Rotation: &sdsload.Rotation{Streams: 100, Rotated: 100, Latency: latency.Summary{Count: 100, P50: 5 * ms, Max: 9 * ms}, All: 9 * ms},
 	}
 	b, err := json.Marshal(rep)
 	if err != nil {
@@ -338,7 +344,8 @@ func TestReportJSONAndTable(t *testing.T) {
 	mem := got["memory"].(map[string]any)
 	rot := got["rotation"].(map[string]any)
 	if got["ready"] != 100.0 || got["all_ready_ms"] != 50.0 || mem["per_stream_bytes"] != 20971.0 ||
-		rot["rotated"] != 100.0 || rot["all_ms"] != 9.0 || got["time_to_ready"].(map[string]any)["p99_ms"] != 3.0 {
+		rot["rotated"] != 100.0 || got["gc_cycles"] != 2.0 ||
+		got["slowest"].([]any)[0].(map[string]any)["first_response_ms"] != 3.0 || rot["all_ms"] != 9.0 || got["time_to_ready"].(map[string]any)["p99_ms"] != 3.0 {
 		t.Errorf("JSON = %s", b)
 	}
 	var sb strings.Builder
@@ -348,6 +355,8 @@ func TestReportJSONAndTable(t *testing.T) {
 	const want = `STREAMS           100 over 1 connections, each subscribing default, ROOTCA
 READY             100/100 (0 failed)
 TIME TO READY     p50 1.00ms  p90 2.00ms  p99 3.00ms  max 4.00ms (all ready after 50.0ms)
+LOAD GC           2 collections of this process while the streams opened
+SLOW STREAM       #7 at 20.0ms: 4.00ms = open 100µs + request 10.0µs + first response 3.00ms + rest 20.0µs; load GC 1
 AGENT RSS         before 10.0 MiB, with streams open 12.0 MiB (+20.5 KiB/stream), after rotation 13.0 MiB
 ROTATION          100/100 streams got the new certificate, the last after 9.00ms
 ROTATION LATENCY  p50 5.00ms  p90 0  p99 0  max 9.00ms
@@ -362,5 +371,163 @@ ROTATION LATENCY  p50 5.00ms  p90 0  p99 0  max 9.00ms
 	}
 	if b, _ := json.Marshal(rep); strings.Contains(string(b), "memory") || strings.Contains(string(b), "rotation") {
 		t.Errorf("JSON without memory or rotation: %s", b)
+	}
+}
+
+// TestHoldGC: with HoldGC the load's garbage collector stays off while the
+// streams open, and the process's settings come back afterwards; without
+// it, the same run collects (GOGC=1 here makes every run collect often), and
+// the report counts those collections.
+func TestHoldGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(1))
+	for _, hold := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hold %v", hold), func(t *testing.T) {
+			a := startAgent(t)
+			l, err := sdsload.New(sdsload.Config{Socket: a.socket, Streams: 200, OpenConcurrency: 1, HoldGC: hold, HoldGCLimit: 512 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := l.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Ready != 200 {
+				t.Fatalf("%d of 200 streams ready", rep.Ready)
+			}
+			if hold && rep.GCCycles != 0 {
+				t.Errorf("with HoldGC the process collected %d times while the streams opened", rep.GCCycles)
+			}
+			if !hold && rep.GCCycles == 0 {
+				t.Errorf("at GOGC=1 without HoldGC the report counts no collection")
+			}
+			if p := debug.SetGCPercent(1); p != 1 {
+				t.Errorf("GOGC after the run = %d, want 1 back", p)
+			}
+			if lim := debug.SetMemoryLimit(-1); lim != math.MaxInt64 {
+				t.Errorf("memory limit after the run = %d, want none", lim)
+			}
+		})
+	}
+}
+
+// stuckFirst is the agent's Source, holding the first fetch of the
+// certificate until release is closed.
+type stuckFirst struct {
+	sds.Source
+	once             sync.Once
+	arrived, release chan struct{}
+}
+
+func (s *stuckFirst) Secret(ctx context.Context, name string) (*secretcache.Secret, error) {
+	if name == secretcache.DefaultName {
+		s.once.Do(func() {
+			close(s.arrived)
+			select {
+			case <-s.release:
+			case <-ctx.Done():
+			}
+		})
+	}
+	return s.Source.Secret(ctx, name)
+}
+
+// TestOpenConcurrencyStartsStreamsInTurn: with OpenConcurrency 1 a stream's
+// goroutine starts only when the one before it is ready; while the first
+// stream waits for its certificate, no other exists (and HoldGC holds the
+// collector off, with the default memory limit). (It used to start
+// every stream's goroutine at once, parked on the slots, and the first
+// streams shared the CPUs with them.)
+func TestOpenConcurrencyStartsStreamsInTurn(t *testing.T) {
+	s := &stuckFirst{arrived: make(chan struct{}), release: make(chan struct{})}
+	a := startAgentWith(t, func(src sds.Source) sds.Source { s.Source = src; return s })
+	const n = 50
+	l, err := sdsload.New(sdsload.Config{Socket: a.socket, Streams: n, OpenConcurrency: 1, HoldGC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := testkit.Go(func() (*sdsload.Report, error) { return l.Run(ctx) })
+	select {
+	case <-s.arrived:
+	case res := <-done:
+		t.Fatalf("Run ended before the first stream asked for its certificate: %v", res.Err)
+	}
+	got := streamGoroutines(t)
+	// Meanwhile HoldGC holds the collector off under the default limit.
+	limit := debug.SetMemoryLimit(-1)
+	percent := debug.SetGCPercent(-1)
+	debug.SetGCPercent(percent)
+	close(s.release)
+	if res := <-done; res.Err != nil || res.Value.Ready != n {
+		t.Fatalf("Run = %+v, %v", res.Value, res.Err)
+	}
+	if got != 1 {
+		t.Errorf("%d stream goroutines while the first stream opened, want 1", got)
+	}
+	if limit != sdsload.DefaultHoldGCLimit || percent != -1 {
+		t.Errorf("during the run: memory limit %d, GOGC %d; want %d and off", limit, percent, sdsload.DefaultHoldGCLimit)
+	}
+}
+
+// streamGoroutines counts the goroutines running sdsload's per-stream loop.
+func streamGoroutines(t *testing.T) int {
+	t.Helper()
+	var b strings.Builder
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(b.String(), "sdsload.(*Loader).stream(")
+}
+
+// slowFetch is the agent's Source; its nth fetch of the certificate moves
+// the load's fake clock by delay, as if the agent took that long to answer.
+type slowFetch struct {
+	sds.Source
+	clk   *clock.Fake
+	nth   int
+	delay time.Duration
+
+	mu    sync.Mutex
+	count int
+}
+
+func (s *slowFetch) Secret(ctx context.Context, name string) (*secretcache.Secret, error) {
+	if name == secretcache.DefaultName {
+		s.mu.Lock()
+		s.count++
+		if s.count == s.nth {
+			s.clk.Add(s.delay)
+		}
+		s.mu.Unlock()
+	}
+	return s.Source.Secret(ctx, name)
+}
+
+// TestSlowestStreams: the report lists the slowest streams with where
+// their time went; an agent slow to answer one stream's first request shows
+// as that stream's first response.
+func TestSlowestStreams(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	s := &slowFetch{clk: clk, nth: 3, delay: 5 * time.Millisecond}
+	a := startAgentWith(t, func(src sds.Source) sds.Source { s.Source = src; return s })
+	l, err := sdsload.New(sdsload.Config{Socket: a.socket, Streams: 6, OpenConcurrency: 1, Slowest: 2, Clock: clk, HoldGC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := l.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Slowest) != 2 {
+		t.Fatalf("slowest = %+v, want 2", rep.Slowest)
+	}
+	got := rep.Slowest[0]
+	want := sdsload.StreamTiming{Stream: 2, FirstResponse: 5 * time.Millisecond, Total: 5 * time.Millisecond}
+	if got != want {
+		t.Errorf("slowest stream = %+v, want %+v", got, want)
+	}
+	if rep.Slowest[1].Total != 0 || rep.TimeToReady.Max != 5*time.Millisecond {
+		t.Errorf("second slowest = %+v, max %v", rep.Slowest[1], rep.TimeToReady.Max)
 	}
 }

@@ -19,7 +19,8 @@ type tracker struct {
 	isReadyS []bool
 	dead     []bool
 	failed   int
-	open     wave // every stream's first content
+	open     wave     // every stream's first content
+	phases   []phases // of the ready streams, by stream
 
 	fp    []uint64 // current content of the rotation resource per stream
 	armed bool
@@ -33,7 +34,7 @@ func newTracker(n int, now time.Time) *tracker {
 	return &tracker{
 		n: n, phase: PhaseOpen, phaseStart: now,
 		isReadyS: make([]bool, n), dead: make([]bool, n), fp: make([]uint64, n),
-		open: newWave(n), rot: newWave(0),
+		open: newWave(n), rot: newWave(0), phases: make([]phases, n),
 	}
 }
 
@@ -87,12 +88,14 @@ func fingerprint(s *tlsv3.Secret, encoded []byte) uint64 {
 	return maphash.Bytes(seed, encoded)
 }
 
-func (t *tracker) readyAt(i int, d time.Duration, now time.Time) {
+func (t *tracker) readyAt(i int, d time.Duration, now time.Time, ph phases) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.isReadyS[i] {
 		return
 	}
+	ph.ready = now
+	t.phases[i] = ph
 	t.isReadyS[i] = true
 	t.open.reach(d, now)
 }

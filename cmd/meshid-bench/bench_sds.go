@@ -14,8 +14,9 @@ type benchSDSFlags struct {
 	socket, agentAdmin, output string
 	resources                  []string
 	streams, perConn, open     int
+	slowest                    int
 	agentPID                   int
-	rotate, quiet              bool
+	rotate, quiet, holdGC      bool
 	timeout                    time.Duration
 }
 
@@ -49,6 +50,8 @@ until every stream holds a new default certificate.`,
 	fl.BoolVar(&f.rotate, "rotate", false, "force a rotation once every stream is ready and time its fan-out")
 	fl.StringVar(&f.agentAdmin, "agent-admin", "127.0.0.1:15020", "the agent's monitoring `address`, serving POST "+sdsload.RotatePath)
 	fl.DurationVar(&f.timeout, "timeout", sdsload.DefaultTimeout, "bound on the wait for the streams, and again for the rotation")
+	fl.IntVar(&f.slowest, "slowest", 5, "list this many slowest streams with where their time went (open, request, first response, rest)")
+	fl.BoolVar(&f.holdGC, "hold-gc", true, "keep this tool's garbage collector off while it measures (1 GiB soft memory limit): its collections would count as agent latency")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines on standard error")
 	return cmd
@@ -64,7 +67,7 @@ func runBenchSDS(cmd *cobra.Command, f *benchSDSFlags) error {
 	stderr := cmd.ErrOrStderr()
 	cfg := sdsload.Config{
 		Socket: f.socket, Streams: f.streams, StreamsPerConn: f.perConn, OpenConcurrency: f.open,
-		Resources: f.resources, PID: f.agentPID, Timeout: f.timeout,
+		Resources: f.resources, PID: f.agentPID, Timeout: f.timeout, HoldGC: f.holdGC, Slowest: f.slowest,
 	}
 	if f.rotate {
 		cfg.Rotate = sdsload.HTTPRotate(nil, f.agentAdmin)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -264,7 +265,7 @@ func TestBenchSDS(t *testing.T) {
 	a := startBenchAgent(t)
 
 	stdout, stderr, err := benchRun(t, "sds", "--sds-socket", a.socket, "--streams", "40",
-		"--streams-per-conn", "15", "--rotate", "--agent-admin", a.admin, "-o", "json", "-q")
+		"--streams-per-conn", "15", "--rotate", "--agent-admin", a.admin, "-o", "json", "-q", "--slowest", "3")
 	if err != nil {
 		t.Fatalf("bench sds: %v\n%s", err, stderr)
 	}
@@ -275,8 +276,13 @@ func TestBenchSDS(t *testing.T) {
 		Streams, Connections, Ready, Failed int
 		Resources                           []string
 		TimeToReady                         struct{ Count int } `json:"time_to_ready"`
-		Memory                              *struct{}
-		Rotation                            *struct {
+		GCCycles                            *uint64             `json:"gc_cycles"`
+		Slowest                             []struct {
+			Stream  int
+			TotalMS float64 `json:"total_ms"`
+		}
+		Memory   *struct{}
+		Rotation *struct {
 			Streams, Rotated int
 			AllMS            float64 `json:"all_ms"`
 		}
@@ -291,6 +297,12 @@ func TestBenchSDS(t *testing.T) {
 	if rep.Memory != nil {
 		t.Errorf("memory reported without --agent-pid:\n%s", stdout)
 	}
+	if len(rep.Slowest) != 3 || rep.Slowest[0].TotalMS <= 0 || rep.Slowest[0].TotalMS < rep.Slowest[2].TotalMS {
+		t.Errorf("--slowest 3 listed %+v:\n%s", rep.Slowest, stdout)
+	}
+	if rep.GCCycles == nil || *rep.GCCycles != 0 {
+		t.Errorf("the tool's collector ran while it measured (--hold-gc is on by default):\n%s", stdout)
+	}
 	if n := a.rotations(t); n != 2 || rep.Rotation == nil || rep.Rotation.Streams != 40 || rep.Rotation.Rotated != 40 || rep.Rotation.AllMS <= 0 {
 		t.Errorf("certificates obtained = %v, want the first and one rotation; report:\n%s", n, stdout)
 	}
@@ -303,6 +315,29 @@ func TestBenchSDS(t *testing.T) {
 	for _, want := range []string{"5/5 (0 failed)", "TIME TO READY", "AGENT RSS", "with streams open"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// TestBenchSDSHoldGC: by default the tool's collector stays off while it
+// measures; --hold-gc=false leaves it on, and the report counts its
+// collections (GOGC=1 here, so that a run with the collector on collects).
+func TestBenchSDSHoldGC(t *testing.T) {
+	a := startBenchAgent(t)
+	defer debug.SetGCPercent(debug.SetGCPercent(1))
+	for _, tc := range []struct {
+		flag    string
+		collect bool
+	}{{"--hold-gc=true", false}, {"--hold-gc=false", true}} {
+		stdout, stderr, err := benchRun(t, "sds", "--sds-socket", a.socket, "--streams", "100", "--open-concurrency", "1", tc.flag, "-o", "json", "-q")
+		if err != nil {
+			t.Fatalf("bench sds %s: %v\n%s", tc.flag, err, stderr)
+		}
+		var rep struct {
+			GCCycles uint64 `json:"gc_cycles"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil || (rep.GCCycles > 0) != tc.collect {
+			t.Errorf("%s: gc_cycles = %d (%v), want collections: %v\n%s", tc.flag, rep.GCCycles, err, tc.collect, stdout)
 		}
 	}
 }

@@ -102,6 +102,15 @@ func (h *harness) metric(t testing.TB, name string, labels ...string) float64 {
 	return testkit.Metric(t, h.reg, name, labels...)
 }
 
+// wantMetric reports an error unless the metric name (with labels) is
+// want.
+func (h *harness) wantMetric(t testing.TB, want float64, name string, labels ...string) {
+	t.Helper()
+	if n := h.metric(t, name, labels...); n != want {
+		t.Errorf("%s%q = %v, want %v", name, labels, n, want)
+	}
+}
+
 // sotwClient drives a StreamSecrets stream like Envoy does.
 type sotwClient struct {
 	t    testing.TB
@@ -181,6 +190,17 @@ func (c *sotwClient) recvSecret() *tlsv3.Secret {
 		c.t.Fatalf("response has %d resources, want 1", len(r.GetResources()))
 	}
 	return unpack(c.t, r.GetResources()[0])
+}
+
+// wantSecret receives the next response, of one secret, and fails the
+// test unless the secret is named want; when says after what.
+func (c *sotwClient) wantSecret(want, when string) *tlsv3.Secret {
+	c.t.Helper()
+	s := c.recvSecret()
+	if s.GetName() != want {
+		c.t.Fatalf("%s: got %q, want %q", when, s.GetName(), want)
+	}
+	return s
 }
 
 // recvNamed receives responses until all names arrived (in any order).

@@ -70,9 +70,7 @@ func TestResourceNamesCapped(t *testing.T) {
 		if status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("FetchSecrets above the cap: %v, want ResourceExhausted", err)
 		}
-		if n := h.metric(t, "meshid_agent_sds_bad_requests_total", "reason", "too_many_names"); n != 4 {
-			t.Errorf("too_many_names = %v, want 4", n)
-		}
+		h.wantMetric(t, 4, "meshid_agent_sds_bad_requests_total", "reason", "too_many_names")
 		// Every refused stream released what it held.
 		waitFor(t, "the cache to drop the refused streams' names", func() bool { return sds.CachedNames(h.srv) == 0 })
 	})

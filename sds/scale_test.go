@@ -111,9 +111,7 @@ func TestAbruptDisconnect(t *testing.T) {
 		conn.Close() // no goodbye: the transport just goes away
 		h.logs.WaitFor(t, "SDS stream closed", streams)
 
-		if n := h.metric(t, "meshid_agent_sds_streams"); n != 1 {
-			t.Errorf("streams = %v after the disconnect, want 1", n)
-		}
+		h.wantMetric(t, 1, "meshid_agent_sds_streams")
 		for _, name := range []string{root, later} {
 			if n := e.watchers(name); n != 0 {
 				t.Errorf("%d watches left on %s", n, name)

@@ -123,6 +123,16 @@ type sotwClient struct {
 	version string // accepted version
 }
 
+// withDefault opens a stream on h, asks for default and returns the stream
+// once default arrived (the opening of most stream tests).
+func (h *harness) withDefault(t testing.TB) *sotwClient {
+	t.Helper()
+	c := newSotw(t, h.client, nil)
+	c.request(dflt)
+	c.recvSecret()
+	return c
+}
+
 func newSotw(t testing.TB, c secretv3.SecretDiscoveryServiceClient, node *corev3.Node) *sotwClient {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)

@@ -128,9 +128,7 @@ func TestWarningsRateLimited(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	h := start(t, e.src, withClock(clk))
 	const nacks = 20000
-	c := newSotw(t, h.client, nil)
-	c.request(dflt)
-	c.recvSecret()
+	c := h.withDefault(t)
 	for range nacks {
 		c.nack()
 	}
@@ -153,9 +151,7 @@ func TestWarningsRateLimited(t *testing.T) {
 	h.logs.WaitForContaining(t, "suppressed=", 1)
 	// Another stream has its own budget.
 	before := h.logs.Count("SDS client rejected")
-	d := newSotw(t, h.client, nil)
-	d.request(dflt)
-	d.recvSecret()
+	d := h.withDefault(t)
 	d.nack()
 	h.logs.WaitFor(t, "SDS client rejected", before+1)
 }

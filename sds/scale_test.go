@@ -85,9 +85,7 @@ func TestThousandStreamsOneCSR(t *testing.T) {
 func TestAbruptDisconnect(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *env, h *harness) {
 		later, _ := e.later(t)
-		survivor := newSotw(t, h.client, nil)
-		survivor.request(dflt)
-		survivor.recvSecret()
+		survivor := h.withDefault(t)
 		survivor.ack()
 
 		const streams = 20

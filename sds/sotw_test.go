@@ -86,9 +86,7 @@ func TestStreamACKThenNoResend(t *testing.T) {
 
 func TestStreamNACK(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *env, h *harness) {
-		c := newSotw(t, h.client, nil)
-		c.request(dflt)
-		c.recvSecret()
+		c := h.withDefault(t)
 		c.nack()
 		// The NACK must not make the server send default again: the next
 		// response is the ROOTCA asked for after it.
@@ -108,9 +106,7 @@ func TestStreamStaleNonceIgnored(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *env, h *harness) {
 		later, publish := e.later(t)
 		publish()
-		c := newSotw(t, h.client, nil)
-		c.request(dflt)
-		c.recvSecret()
+		c := h.withDefault(t)
 		staleNonce := c.nonce
 		e.rotate(t)
 		c.recvSecret()
@@ -125,9 +121,7 @@ func TestStreamStaleNonceIgnored(t *testing.T) {
 
 func TestStreamResourceNamesChange(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *env, h *harness) {
-		c := newSotw(t, h.client, nil)
-		c.request(dflt)
-		c.recvSecret()
+		c := h.withDefault(t)
 		c.request(root) // drops default, adds ROOTCA
 		c.wantSecret(root, "after changing the names")
 		if n := e.watchers(dflt); n != 0 {

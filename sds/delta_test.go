@@ -146,9 +146,7 @@ func TestDeltaUnknownNameIsRemoved(t *testing.T) {
 		if len(r.GetResources()) != 0 || len(r.GetRemovedResources()) != 1 || r.GetRemovedResources()[0] != "no-such-secret" {
 			t.Fatalf("got resources %v removed %v, want removed [no-such-secret]", r.GetResources(), r.GetRemovedResources())
 		}
-		if n := h.metric(t, "meshid_agent_sds_bad_requests_total", "reason", "unknown_resource"); n != 1 {
-			t.Errorf("unknown_resource = %v, want 1", n)
-		}
+		h.wantMetric(t, 1, "meshid_agent_sds_bad_requests_total", "reason", "unknown_resource")
 		// The stream stays up.
 		c.change([]string{dflt}, nil)
 		c.recvNames(dflt)
@@ -205,21 +203,15 @@ func TestDeltaNACKAndStaleNonce(t *testing.T) {
 			ErrorDetail: &rpcstatus.Status{Code: 3, Message: "test: rejected"},
 		})
 		c.recvNames(later)
-		if n := h.metric(t, "meshid_agent_sds_nacks_total"); n != 1 {
-			t.Errorf("nacks = %v, want 1", n)
-		}
+		h.wantMetric(t, 1, "meshid_agent_sds_nacks_total")
 		// A subscription in a request with an old nonce still applies.
 		old := c.nonce
 		e.rotate(t)
 		c.recvNames(dflt)
 		c.send(&discoveryv3.DeltaDiscoveryRequest{ResponseNonce: old, ResourceNamesSubscribe: []string{root}})
 		c.recvNames(root)
-		if n := h.metric(t, "meshid_agent_sds_stale_requests_total"); n != 1 {
-			t.Errorf("stale = %v, want 1", n)
-		}
-		if n := h.metric(t, "meshid_agent_sds_acks_total"); n != 0 {
-			t.Errorf("acks = %v, want 0", n)
-		}
+		h.wantMetric(t, 1, "meshid_agent_sds_stale_requests_total")
+		h.wantMetric(t, 0, "meshid_agent_sds_acks_total")
 	})
 }
 
@@ -231,9 +223,7 @@ func TestDeltaWrongTypeAndSPIFFE(t *testing.T) {
 	c.change([]string{root}, nil)
 	got := c.recvNames(root)
 	checkSPIFFEValidator(t, secretOf(t, got[root]), e.roots())
-	if n := h.metric(t, "meshid_agent_sds_bad_requests_total", "reason", "type_url"); n != 1 {
-		t.Errorf("type_url = %v, want 1", n)
-	}
+	h.wantMetric(t, 1, "meshid_agent_sds_bad_requests_total", "reason", "type_url")
 	// Subscribing again to a name asks for it again.
 	c.change([]string{root}, nil)
 	c.recvNames(root)

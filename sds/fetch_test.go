@@ -59,9 +59,7 @@ func TestFetchSecretsErrors(t *testing.T) {
 		})
 	}
 	for reason, want := range map[string]float64{"unknown_resource": 1, "no_resource_names": 1, "type_url": 1} {
-		if n := h.metric(t, "meshid_agent_sds_bad_requests_total", "reason", reason); n != want {
-			t.Errorf("bad_requests{%s} = %v, want %v", reason, n, want)
-		}
+		h.wantMetric(t, want, "meshid_agent_sds_bad_requests_total", "reason", reason)
 	}
 }
 

@@ -102,6 +102,15 @@ func (h *harness) metric(t testing.TB, name string, labels ...string) float64 {
 	return testkit.Metric(t, h.reg, name, labels...)
 }
 
+// wantMetric reports an error unless the metric name (with labels) is
+// want.
+func (h *harness) wantMetric(t testing.TB, want float64, name string, labels ...string) {
+	t.Helper()
+	if n := h.metric(t, name, labels...); n != want {
+		t.Errorf("%s%q = %v, want %v", name, labels, n, want)
+	}
+}
+
 // sotwClient drives a StreamSecrets stream like Envoy does.
 type sotwClient struct {
 	t    testing.TB
@@ -112,6 +121,16 @@ type sotwClient struct {
 	names   []string
 	nonce   string // of the latest response received
 	version string // accepted version
+}
+
+// withDefault opens a stream on h, asks for default and returns the stream
+// once default arrived (the opening of most stream tests).
+func (h *harness) withDefault(t testing.TB) *sotwClient {
+	t.Helper()
+	c := newSotw(t, h.client, nil)
+	c.request(dflt)
+	c.recvSecret()
+	return c
 }
 
 func newSotw(t testing.TB, c secretv3.SecretDiscoveryServiceClient, node *corev3.Node) *sotwClient {
@@ -181,6 +200,17 @@ func (c *sotwClient) recvSecret() *tlsv3.Secret {
 		c.t.Fatalf("response has %d resources, want 1", len(r.GetResources()))
 	}
 	return unpack(c.t, r.GetResources()[0])
+}
+
+// wantSecret receives the next response, of one secret, and fails the
+// test unless the secret is named want; when says after what.
+func (c *sotwClient) wantSecret(want, when string) *tlsv3.Secret {
+	c.t.Helper()
+	s := c.recvSecret()
+	if s.GetName() != want {
+		c.t.Fatalf("%s: got %q, want %q", when, s.GetName(), want)
+	}
+	return s
 }
 
 // recvNamed receives responses until all names arrived (in any order).

@@ -70,9 +70,7 @@ func TestResourceNamesCapped(t *testing.T) {
 		if status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("FetchSecrets above the cap: %v, want ResourceExhausted", err)
 		}
-		if n := h.metric(t, "meshid_agent_sds_bad_requests_total", "reason", "too_many_names"); n != 4 {
-			t.Errorf("too_many_names = %v, want 4", n)
-		}
+		h.wantMetric(t, 4, "meshid_agent_sds_bad_requests_total", "reason", "too_many_names")
 		// Every refused stream released what it held.
 		waitFor(t, "the cache to drop the refused streams' names", func() bool { return sds.CachedNames(h.srv) == 0 })
 	})
@@ -130,9 +128,7 @@ func TestWarningsRateLimited(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	h := start(t, e.src, withClock(clk))
 	const nacks = 20000
-	c := newSotw(t, h.client, nil)
-	c.request(dflt)
-	c.recvSecret()
+	c := h.withDefault(t)
 	for range nacks {
 		c.nack()
 	}
@@ -155,9 +151,7 @@ func TestWarningsRateLimited(t *testing.T) {
 	h.logs.WaitForContaining(t, "suppressed=", 1)
 	// Another stream has its own budget.
 	before := h.logs.Count("SDS client rejected")
-	d := newSotw(t, h.client, nil)
-	d.request(dflt)
-	d.recvSecret()
+	d := h.withDefault(t)
 	d.nack()
 	h.logs.WaitFor(t, "SDS client rejected", before+1)
 }

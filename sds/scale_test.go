@@ -85,9 +85,7 @@ func TestThousandStreamsOneCSR(t *testing.T) {
 func TestAbruptDisconnect(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *env, h *harness) {
 		later, _ := e.later(t)
-		survivor := newSotw(t, h.client, nil)
-		survivor.request(dflt)
-		survivor.recvSecret()
+		survivor := h.withDefault(t)
 		survivor.ack()
 
 		const streams = 20
@@ -111,9 +109,7 @@ func TestAbruptDisconnect(t *testing.T) {
 		conn.Close() // no goodbye: the transport just goes away
 		h.logs.WaitFor(t, "SDS stream closed", streams)
 
-		if n := h.metric(t, "meshid_agent_sds_streams"); n != 1 {
-			t.Errorf("streams = %v after the disconnect, want 1", n)
-		}
+		h.wantMetric(t, 1, "meshid_agent_sds_streams")
 		for _, name := range []string{root, later} {
 			if n := e.watchers(name); n != 0 {
 				t.Errorf("%d watches left on %s", n, name)

@@ -48,9 +48,7 @@ func TestStreamFirstFetch(t *testing.T) {
 		if got[root].GetValidationContext().GetCustomValidatorConfig() != nil {
 			t.Error("ROOTCA in the SPIFFE validator form without asking")
 		}
-		if n := h.metric(t, "meshid_agent_sds_streams"); n != 1 {
-			t.Errorf("sds_streams = %v, want 1", n)
-		}
+		h.wantMetric(t, 1, "meshid_agent_sds_streams")
 	})
 }
 
@@ -67,9 +65,7 @@ func TestStreamACKThenNoResend(t *testing.T) {
 		// after the ACK: had the ACK caused a resend, default would come
 		// before ROOTCA.
 		c.request(dflt, root)
-		if s := c.recvSecret(); s.GetName() != root {
-			t.Fatalf("after the ACK got %q, want %q", s.GetName(), root)
-		}
+		c.wantSecret(root, "after the ACK")
 		e.rotate(t)
 		s := c.recvSecret()
 		if s.GetName() != dflt || c.version == v1 {
@@ -81,42 +77,28 @@ func TestStreamACKThenNoResend(t *testing.T) {
 		// The same after a push.
 		c.ack()
 		c.request(dflt, root, later)
-		if s := c.recvSecret(); s.GetName() != later {
-			t.Fatalf("after the ACK of the push got %q, want %q", s.GetName(), later)
-		}
+		c.wantSecret(later, "after the ACK of the push")
 		// Each request after the first acknowledged the latest response.
-		if n := h.metric(t, "meshid_agent_sds_acks_total"); n != 4 {
-			t.Errorf("acks = %v, want 4", n)
-		}
-		if n := h.metric(t, "meshid_agent_sds_pushes_total"); n != 4 {
-			t.Errorf("pushes = %v, want 4", n)
-		}
+		h.wantMetric(t, 4, "meshid_agent_sds_acks_total")
+		h.wantMetric(t, 4, "meshid_agent_sds_pushes_total")
 	})
 }
 
 func TestStreamNACK(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *env, h *harness) {
-		c := newSotw(t, h.client, nil)
-		c.request(dflt)
-		c.recvSecret()
+		c := h.withDefault(t)
 		c.nack()
 		// The NACK must not make the server send default again: the next
 		// response is the ROOTCA asked for after it.
 		c.request(dflt, root)
-		if s := c.recvSecret(); s.GetName() != root {
-			t.Fatalf("after the NACK got %q, want %q", s.GetName(), root)
-		}
-		if n := h.metric(t, "meshid_agent_sds_nacks_total"); n != 1 {
-			t.Errorf("nacks = %v, want 1", n)
-		}
+		c.wantSecret(root, "after the NACK")
+		h.wantMetric(t, 1, "meshid_agent_sds_nacks_total")
 		if n := h.logs.Count("SDS client rejected a response (NACK)"); n != 1 {
 			t.Errorf("NACK logged %d times, want 1:\n%s", n, h.logs.All())
 		}
 		// A newer version is still sent.
 		e.rotate(t)
-		if s := c.recvSecret(); s.GetName() != dflt {
-			t.Fatalf("after rotation got %q, want default", s.GetName())
-		}
+		c.wantSecret(dflt, "after rotation")
 	})
 }
 
@@ -124,9 +106,7 @@ func TestStreamStaleNonceIgnored(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *env, h *harness) {
 		later, publish := e.later(t)
 		publish()
-		c := newSotw(t, h.client, nil)
-		c.request(dflt)
-		c.recvSecret()
+		c := h.withDefault(t)
 		staleNonce := c.nonce
 		e.rotate(t)
 		c.recvSecret()
@@ -134,24 +114,16 @@ func TestStreamStaleNonceIgnored(t *testing.T) {
 		// (adding ROOTCA) must be ignored.
 		c.send(&discoveryv3.DiscoveryRequest{TypeUrl: sds.SecretTypeURL, ResourceNames: []string{dflt, root}, ResponseNonce: staleNonce})
 		c.request(dflt, later)
-		if s := c.recvSecret(); s.GetName() != later {
-			t.Fatalf("got %q, want %q (the stale request was not ignored)", s.GetName(), later)
-		}
-		if n := h.metric(t, "meshid_agent_sds_stale_requests_total"); n != 1 {
-			t.Errorf("stale requests = %v, want 1", n)
-		}
+		c.wantSecret(later, "the stale request was not ignored")
+		h.wantMetric(t, 1, "meshid_agent_sds_stale_requests_total")
 	})
 }
 
 func TestStreamResourceNamesChange(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *env, h *harness) {
-		c := newSotw(t, h.client, nil)
-		c.request(dflt)
-		c.recvSecret()
+		c := h.withDefault(t)
 		c.request(root) // drops default, adds ROOTCA
-		if s := c.recvSecret(); s.GetName() != root {
-			t.Fatalf("got %q, want %q", s.GetName(), root)
-		}
+		c.wantSecret(root, "after changing the names")
 		if n := e.watchers(dflt); n != 0 {
 			t.Errorf("%d watches on default after unsubscribing", n)
 		}
@@ -166,9 +138,7 @@ func TestStreamResourceNamesChange(t *testing.T) {
 		// the current version again.
 		c.request()
 		c.request(dflt)
-		if s := c.recvSecret(); s.GetName() != dflt {
-			t.Fatalf("got %q, want default", s.GetName())
-		}
+		c.wantSecret(dflt, "after unsubscribing and subscribing again")
 		if n := e.watchers(root); n != 0 {
 			t.Errorf("%d watches on ROOTCA after the empty list", n)
 		}
@@ -180,14 +150,10 @@ func TestStreamNameThatDoesNotExistYet(t *testing.T) {
 		later, publish := e.later(t)
 		c := newSotw(t, h.client, nil)
 		c.request(later, dflt)
-		if s := c.recvSecret(); s.GetName() != dflt {
-			t.Fatalf("got %q first, want default (%q does not exist yet)", s.GetName(), later)
-		}
+		c.wantSecret(dflt, "first (the other name does not exist yet)")
 		c.ack()
 		publish()
-		if s := c.recvSecret(); s.GetName() != later {
-			t.Fatalf("got %q, want %q once it exists", s.GetName(), later)
-		}
+		c.wantSecret(later, "once it exists")
 	})
 }
 
@@ -195,19 +161,13 @@ func TestStreamUnknownName(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, e *env, h *harness) {
 		c := newSotw(t, h.client, nil)
 		c.request("no-such-secret", dflt)
-		if s := c.recvSecret(); s.GetName() != dflt {
-			t.Fatalf("got %q", s.GetName())
-		}
+		c.wantSecret(dflt, "with an unknown name asked too")
 		h.logs.WaitFor(t, "SDS client asked for an unknown resource", 1)
-		if n := h.metric(t, "meshid_agent_sds_bad_requests_total", "reason", "unknown_resource"); n != 1 {
-			t.Errorf("unknown_resource = %v, want 1", n)
-		}
+		h.wantMetric(t, 1, "meshid_agent_sds_bad_requests_total", "reason", "unknown_resource")
 		// The stream stays up.
 		c.ack()
 		e.rotate(t)
-		if s := c.recvSecret(); s.GetName() != dflt {
-			t.Fatalf("got %q, want the rotated default", s.GetName())
-		}
+		c.wantSecret(dflt, "after a rotation, the stream still up")
 	})
 }
 
@@ -216,12 +176,8 @@ func TestStreamWrongTypeURL(t *testing.T) {
 		c := newSotw(t, h.client, nil)
 		c.send(&discoveryv3.DiscoveryRequest{TypeUrl: "type.googleapis.com/envoy.config.cluster.v3.Cluster", ResourceNames: []string{dflt}})
 		c.request(root)
-		if s := c.recvSecret(); s.GetName() != root {
-			t.Fatalf("got %q, want %q: the request of another type was not ignored", s.GetName(), root)
-		}
-		if n := h.metric(t, "meshid_agent_sds_bad_requests_total", "reason", "type_url"); n != 1 {
-			t.Errorf("type_url = %v, want 1", n)
-		}
+		c.wantSecret(root, "the request of another type was not ignored")
+		h.wantMetric(t, 1, "meshid_agent_sds_bad_requests_total", "reason", "type_url")
 	})
 }
 
@@ -245,9 +201,7 @@ func TestStreamPushReachesOnlySubscribers(t *testing.T) {
 		// The ROOTCA-only stream saw nothing of the rotation: its next
 		// message is the next ROOTCA.
 		e.rootChange(t)
-		if s := r.recvSecret(); s.GetName() != root {
-			t.Fatalf("ROOTCA stream got %q", s.GetName())
-		}
+		r.wantSecret(root, "ROOTCA stream")
 	})
 }
 
@@ -321,9 +275,7 @@ func TestStreamNeverSendsExpiredCertificate(t *testing.T) {
 	clk.Add(2 * time.Hour) // the cached default expired
 	c2 := newSotw(t, h.client, nil)
 	c2.request(dflt, root)
-	if s := c2.recvSecret(); s.GetName() != root {
-		t.Fatalf("got %q; an expired default must not be sent", s.GetName())
-	}
+	c2.wantSecret(root, "an expired default must not be sent")
 	f.set(p.certSecret(t, dflt, time.Hour))
 	for _, c := range []*sotwClient{c2, c1} {
 		s := c.recvSecret()

@@ -9,3 +9,7 @@ func ParseCSRFast(der []byte) (*x509.CertificateRequest, bool) { return parseCSR
 // MarshalSPKI exposes the leaf key's SubjectPublicKeyInfo encoder to
 // TestMarshalSPKIMatchesX509.
 var MarshalSPKI = marshalSPKI
+
+// DecodeCSRPEMFast exposes the hand-written PEM decoder to
+// TestDecodeCSRPEMFastMatchesPEM.
+var DecodeCSRPEMFast = decodeCSRPEMFast

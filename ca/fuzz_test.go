@@ -28,6 +28,7 @@ func FuzzParseAndCheckCSR(f *testing.F) {
 		// The hand-written parser reads what x509 reads, or leaves the
 		// input to x509 (ca/csrparse.go).
 		checkFastMatchesX509(t, data)
+		checkPEMFastMatchesPEM(t, data) // the PEM decoder reads what encoding/pem reads
 		if b, _ := pem.Decode(data); b != nil {
 			checkFastMatchesX509(t, b.Bytes)
 		}

@@ -83,20 +83,24 @@ func ParseCSR(pemData []byte) (*CSR, error) {
 	if !bytes.HasPrefix(trimmed, []byte("-----BEGIN ")) {
 		return nil, Errorf(KindInvalidArgument, "CSR is not PEM (want one CERTIFICATE REQUEST block)")
 	}
-	block, rest := pem.Decode(trimmed)
-	if block == nil {
-		return nil, Errorf(KindInvalidArgument, "CSR PEM is malformed")
-	}
-	if block.Type != "CERTIFICATE REQUEST" && block.Type != "NEW CERTIFICATE REQUEST" {
-		return nil, Errorf(KindInvalidArgument, "PEM block is %q, want CERTIFICATE REQUEST", truncate(block.Type))
-	}
-	if rest = bytes.TrimSpace(rest); len(rest) > 0 {
-		if bytes.Contains(rest, []byte("-----BEGIN ")) {
-			return nil, Errorf(KindInvalidArgument, "CSR PEM holds several blocks, want exactly one")
+	der, ok := decodeCSRPEMFast(trimmed)
+	if !ok {
+		block, rest := pem.Decode(trimmed)
+		if block == nil {
+			return nil, Errorf(KindInvalidArgument, "CSR PEM is malformed")
 		}
-		return nil, Errorf(KindInvalidArgument, "trailing data after the CSR PEM block")
+		if block.Type != "CERTIFICATE REQUEST" && block.Type != "NEW CERTIFICATE REQUEST" {
+			return nil, Errorf(KindInvalidArgument, "PEM block is %q, want CERTIFICATE REQUEST", truncate(block.Type))
+		}
+		if rest = bytes.TrimSpace(rest); len(rest) > 0 {
+			if bytes.Contains(rest, []byte("-----BEGIN ")) {
+				return nil, Errorf(KindInvalidArgument, "CSR PEM holds several blocks, want exactly one")
+			}
+			return nil, Errorf(KindInvalidArgument, "trailing data after the CSR PEM block")
+		}
+		der = block.Bytes
 	}
-	req, full, err := parseCSR(block.Bytes)
+	req, full, err := parseCSR(der)
 	if err != nil {
 		return nil, Wrap(KindInvalidArgument, err, "CSR is malformed")
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/internal/devstack"
-	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/sds/agent"
 )
 
@@ -51,15 +50,12 @@ into --state-dir and serves until interrupted.`,
 
 func runDev(ctx context.Context, f *devFlags, stdout, stderr io.Writer) error {
 	cfg := f.cfg
-	var err error
-	logOut, err := logs.NewBuffer(logs.BufferConfig{Writer: stderr})
+	logger, logOut, err := cli.NewBufferedLogger(stderr, f.logLevel, f.logFormat)
 	if err != nil {
 		return err
 	}
 	defer logOut.Flush()
-	if cfg.Logger, err = cli.NewLogger(logOut, f.logLevel, f.logFormat); err != nil {
-		return err
-	}
+	cfg.Logger = logger
 	dev, err := devstack.New(cfg)
 	if err != nil {
 		return err

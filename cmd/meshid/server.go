@@ -24,7 +24,6 @@ import (
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/cmd/internal/cli"
-	"github.com/meshid/meshid/internal/logs"
 )
 
 // serverFlags are the flags of `meshid server` (docs/architecture.md).
@@ -229,14 +228,12 @@ POD_NAMESPACE, POD_NAME, CA_TRUSTED_NODE_ACCOUNTS, CLUSTER_ID.`,
 			if err != nil {
 				return err
 			}
-			logOut, err := logs.NewBuffer(logs.BufferConfig{Writer: cmd.ErrOrStderr()})
+			logger, logOut, err := cli.NewBufferedLogger(cmd.ErrOrStderr(), f.logLevel, f.logFormat)
 			if err != nil {
 				return err
 			}
 			defer logOut.Flush()
-			if cfg.Logger, err = cli.NewLogger(logOut, f.logLevel, f.logFormat); err != nil {
-				return err
-			}
+			cfg.Logger = logger
 			return run(cmd.Context(), cfg)
 		},
 	}

@@ -33,5 +33,17 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return slog.New(h), nil
 }
 
+// NewBufferedLogger is NewLogger to a logs.Buffer on w (the CA's log: its
+// per-certificate audit line would cost a write system call each); the
+// caller flushes the buffer when it stops.
+func NewBufferedLogger(w io.Writer, level, format string) (*slog.Logger, *logs.Buffer, error) {
+	buf, err := logs.NewBuffer(logs.BufferConfig{Writer: w})
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := NewLogger(buf, level, format)
+	return l, buf, err
+}
+
 // LogFormatUsage is the help of --log-format.
 const LogFormatUsage = "text | json (one JSON object per line)"

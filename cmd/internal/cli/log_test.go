@@ -46,3 +46,26 @@ func TestNewLoggerFlushesWarnings(t *testing.T) {
 		t.Fatal("--log-format xml accepted")
 	}
 }
+
+// TestNewBufferedLogger: the CA's logger writes through a buffer that
+// warnings and Flush empty.
+func TestNewBufferedLogger(t *testing.T) {
+	var out bytes.Buffer
+	l, buf, err := cli.NewBufferedLogger(&out, "info", "text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info("certificate issued")
+	l.Warn("review failed")
+	if s := out.String(); !strings.Contains(s, "msg=\"certificate issued\"") || !strings.HasSuffix(s, "msg=\"review failed\"\n") {
+		t.Fatalf("after a warning: %q", s)
+	}
+	out.Reset()
+	l.Info("last")
+	if err := buf.Flush(); err != nil || out.String() == "" {
+		t.Fatalf("Flush: %v, %q", err, out.String())
+	}
+	if _, _, err := cli.NewBufferedLogger(&out, "loud", "text"); err == nil {
+		t.Fatal("--log-level loud accepted")
+	}
+}

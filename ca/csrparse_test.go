@@ -90,6 +90,15 @@ func TestParseCSRFastMatchesX509(t *testing.T) {
 	corpus = append(corpus, slowCSRs(t)...)
 	edges := edgeCSRs(t, fastWanted[0])
 	corpus = append(corpus, edges...)
+	// Hand-made CSRs at the edges of what the fast parser takes must take
+	// it too: a parser that gave up on them would still agree with x509
+	// (it hands them over), so only this notices it narrowing.
+	for _, der := range fastEdgeCSRs(t, fastWanted[0]) {
+		if !checkFastMatchesX509(t, der) {
+			t.Errorf("an edge CSR that x509 accepts did not take the fast path:\n%x", der)
+		}
+		corpus = append(corpus, der)
+	}
 
 	fast, total := 0, 0
 	for _, der := range corpus {
@@ -316,6 +325,40 @@ func edgeCSRs(t *testing.T, base []byte) [][]byte {
 	}
 	build(func(q *csrParts) { q.noAttrs = true })
 	build(func(q *csrParts) { q.attrsTag = 0x80 })
+	// An RSA modulus of zero; a URI with the first non-IA5 byte.
+	build(func(q *csrParts) {
+		q.spki = seq(seq(rsaOID, null), bits(seq(tlv(0x02, []byte{0x00}), tlv(0x02, []byte{1, 0, 1}))))
+	})
+	build(func(q *csrParts) { q.attrs = reqOf(ext(san, tlv(0x04, seq(tlv(0x86, []byte("spiffe://a/\x80")))))) })
+	return out
+}
+
+// fastEdgeCSRs rebuilds base (a usual CSR) with parts that x509 accepts
+// at the edge of each character class the fast parser checks by hand:
+// every boundary character of PrintableString, IA5String up to 0x7f, and
+// URI hosts with the lowest and highest characters x509 allows (33 '!'
+// and 126 '~'). The signature no longer verifies; parsing does not check
+// it.
+func fastEdgeCSRs(t *testing.T, base []byte) [][]byte {
+	p := splitCSR(t, base)
+	seq := func(parts ...[]byte) []byte { return tlv(0x30, bytes.Join(parts, nil)) }
+	set := func(parts ...[]byte) []byte { return tlv(0x31, bytes.Join(parts, nil)) }
+	oid := func(arcs ...int) []byte { d, _ := asn1.Marshal(asn1.ObjectIdentifier(arcs)); return d }
+	atv := func(tag byte, v string) []byte { return set(seq(oid(2, 5, 4, 10), tlv(tag, []byte(v)))) }
+	uriReq := func(uri string) []byte {
+		san := seq(oid(2, 5, 29, 17), tlv(0x04, seq(tlv(0x86, []byte(uri)))))
+		return seq(oid(1, 2, 840, 113549, 1, 9, 14), set(seq(san)))
+	}
+	var out [][]byte
+	for _, q := range []func(*csrParts){
+		func(q *csrParts) { q.subject = seq(atv(0x13, "azAZ09'()+,-./ :=?*&")) },
+		func(q *csrParts) { q.subject = seq(atv(0x16, "\x00ia5\x7f")) },
+		func(q *csrParts) { q.attrs = uriReq("spiffe://a!b~c/p") },
+	} {
+		r := p
+		q(&r)
+		out = append(out, r.der())
+	}
 	return out
 }
 

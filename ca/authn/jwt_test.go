@@ -164,6 +164,13 @@ func TestJWT(t *testing.T) {
 		{name: "exp 48h+leeway+1s past iat", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) {
 			c.Expiry = jwt.NewNumericDate(now.Add(48*time.Hour + authn.DefaultJWTLeeway + time.Second))
 		}), k8sBound), kind: ca.KindUnauthenticated, msg: "more than the 48h0m0s allowed"},
+		// The lifetime runs from iat, not from now; from now without iat.
+		{name: "iat 2h ago, exp 47h from now", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) {
+			c.IssuedAt = jwt.NewNumericDate(now.Add(-2 * time.Hour))
+			c.Expiry = jwt.NewNumericDate(now.Add(47 * time.Hour))
+		}), k8sBound), kind: ca.KindUnauthenticated, msg: "more than the 48h0m0s allowed"},
+		{name: "no iat, exp 1h from now", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.IssuedAt = nil }), k8sBound),
+			want: &authn.Caller{Namespace: "prod", ServiceAccount: "api", PodName: "api-7d9", PodUID: "p1", NodeName: "node-a", Method: "jwt"}},
 		{name: "exp 49h past iat", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) { c.Expiry = jwt.NewNumericDate(now.Add(49 * time.Hour)) }), k8sBound),
 			kind: ca.KindUnauthenticated, msg: "more than the 48h0m0s allowed"},
 		{name: "no iat, exp 49h from now", token: es256.sign(t, stdClaims(now, func(c *jwt.Claims) {

@@ -236,15 +236,7 @@ func forge(t *testing.T, svid *secretcache.JWTSVID, kidHeader jose.HeaderKey) st
 		}
 		kid = parsed.Headers[0].KeyID
 	}
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", kid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := jwt.Signed(signer).Claims(svid.Claims).Serialize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
+	return (&keyJWT{key: key}).sign(t, kid, "", svid.Claims)
 }
 
 // TestJWTBundleRefreshedAndPushed: once in use, Run refreshes the bundle

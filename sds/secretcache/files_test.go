@@ -243,11 +243,11 @@ func TestFileCertKeyInOtherDir(t *testing.T) {
 	}
 }
 
-// A new pair written cert first and key last, the key in place (cp, an
-// editor: no rename, so the only events are on the key file itself), is
+// A new pair written in place (cp, an editor: no rename, so the only
+// events are on the files themselves), cert first and key last, is
 // served once the key is written; whether the names are the files or
 // symbolic links to files beside them, whose events carry the targets'
-// names.
+// names (a file-root through such a link too).
 func TestFileCertKeyRewrittenInPlace(t *testing.T) {
 	for _, layout := range []string{"files", "links"} {
 		t.Run(layout, func(t *testing.T) {
@@ -281,9 +281,24 @@ func TestFileCertKeyRewrittenInPlace(t *testing.T) {
 			f.run(t)
 			f.logs.WaitForContaining(t, "watching directory", 2)
 
-			writeFile(t, certFile, p2.certPEM) // the old key does not match it: not served
+			var rootCh <-chan *secretcache.Secret // the cert as a file-root, through the link
+			if layout == "links" {
+				rootCh = watch(t, f.m, secretcache.FileRootPrefix+certPath)
+				mustSecret(t, f.m, secretcache.FileRootPrefix+certPath)
+				receive(t, rootCh, "first load of the root")
+			}
+			// In place, the cert too: a rename's temporary file would make
+			// events of other names in the directory.
+			if err := os.WriteFile(certFile, p2.certPEM, 0o600); err != nil { // the old key does not match it: not served
+				t.Fatal(err)
+			}
 			writeFile(t, marker, newPair(t, "marker-2").certPEM)
 			receive(t, markerCh, "marker changed")
+			if rootCh != nil {
+				if r := receive(t, rootCh, "root rewritten behind its link"); !r.Roots[0].Equal(p2.cert) {
+					t.Fatal("pushed root is not the new one")
+				}
+			}
 			if err := os.WriteFile(keyFile, p2.keyPEM, 0o600); err != nil {
 				t.Fatal(err)
 			}

@@ -236,15 +236,7 @@ func forge(t *testing.T, svid *secretcache.JWTSVID, kidHeader jose.HeaderKey) st
 		}
 		kid = parsed.Headers[0].KeyID
 	}
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", kid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := jwt.Signed(signer).Claims(svid.Claims).Serialize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
+	return (&keyJWT{key: key}).sign(t, kid, "", svid.Claims)
 }
 
 // TestJWTBundleRefreshedAndPushed: once in use, Run refreshes the bundle
@@ -286,6 +278,7 @@ func TestJWTUnavailableWithoutSigner(t *testing.T) {
 type keyJWT struct {
 	key  crypto.Signer
 	kids []string
+	fail atomic.Bool // FetchJWTBundles fails, as during a CA outage
 }
 
 func newKeyJWT(t *testing.T) *keyJWT {
@@ -297,6 +290,9 @@ func (k *keyJWT) MintJWTSVID(context.Context, spiffeid.ID, []string) (string, er
 }
 
 func (k *keyJWT) FetchJWTBundles(context.Context) (map[string][]byte, error) {
+	if k.fail.Load() {
+		return nil, errors.New("keyJWT: the CA is down")
+	}
 	var set jose.JSONWebKeySet
 	for _, kid := range k.kids {
 		set.Keys = append(set.Keys, jose.JSONWebKey{Key: k.key.Public(), KeyID: kid, Algorithm: string(jose.ES256), Use: "jwt-svid"})
@@ -368,5 +364,35 @@ func TestValidateJWTSVIDSizeAndType(t *testing.T) {
 		if !errors.Is(err, secretcache.ErrInvalidJWT) || !strings.Contains(err.Error(), "typ") {
 			t.Errorf("typ %q: %v, want refused for its typ", typ, err)
 		}
+	}
+}
+
+// A CA that cannot serve the JWT bundle: before the first bundle, the JWT
+// methods are not ready; after it, the bundle held stays in use (a token
+// with an unknown key is refused as such, a valid one accepted).
+func TestJWTBundleFetchFails(t *testing.T) {
+	signer := newKeyJWT(t)
+	signer.fail.Store(true)
+	f := newFixture(t, func(c *secretcache.Config) { c.JWTSigner = signer })
+	ctx := t.Context()
+	if b, err := f.m.JWTBundle(ctx); b != nil || !isNotReady(err) {
+		t.Fatalf("JWTBundle while the CA fails = %v, %v, want ErrNotReady", b, err)
+	}
+	signer.fail.Store(false)
+	first, err := f.m.JWTBundle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer.fail.Store(true)
+	f.clock.Add(time.Minute) // past the 30s between refetches
+	claims := map[string]any{"sub": testID.String(), "aud": "orders", "exp": f.clock.Now().Add(time.Minute).Unix()}
+	if _, err := f.m.ValidateJWTSVID(ctx, signer.sign(t, "unknown", "", claims), "orders"); !errors.Is(err, secretcache.ErrInvalidJWT) || isNotReady(err) {
+		t.Errorf("a token with an unknown key while the refetch fails: %v, want ErrInvalidJWT", err)
+	}
+	if _, err := f.m.ValidateJWTSVID(ctx, signer.sign(t, "k", "", claims), "orders"); err != nil {
+		t.Errorf("a valid token while the CA fails: %v", err)
+	}
+	if b, err := f.m.JWTBundle(ctx); err != nil || b != first {
+		t.Errorf("JWTBundle while the CA fails = %v, %v, want the one held", b, err)
 	}
 }

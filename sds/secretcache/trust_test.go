@@ -204,3 +204,14 @@ func TestRootFileReadAtStart(t *testing.T) {
 		t.Fatalf("the CA client was given %d roots, want 2", len(hooked))
 	}
 }
+
+// Without RootRefresh, RootFile is re-read every DefaultRootRefresh.
+func TestRootFileDefaultRefresh(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "root.pem")
+	writeFile(t, file, newPair(t, "root").certPEM)
+	f := newFixture(t, func(c *secretcache.Config) { c.RootFile = file })
+	f.run(t)
+	if d := testkit.NextDeadline(t, f.clock, "the root file's refresh").Sub(f.clock.Now()); d != secretcache.DefaultRootRefresh {
+		t.Fatalf("root file re-read after %v, want %v", d, secretcache.DefaultRootRefresh)
+	}
+}

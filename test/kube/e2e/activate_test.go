@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/internal/testkit"
@@ -38,17 +36,13 @@ type preparedPair struct {
 
 func newPreparedPair(t *testing.T, ns string) *preparedPair {
 	t.Helper()
-	ctx := context.Background()
 	kubeconfig := deployRBAC(t)
 	resetCAState(t)
 	t.Cleanup(func() { resetCAState(t) })
 	oldFiles, oldCA, oldRoot := testkit.Plugged(t, "operator")
 	newFiles, newCA, newRoot := testkit.Plugged(t, "next")
 	p := &preparedPair{sockets: map[*caServer]string{}, bin: meshid(t), oldCA: oldCA, oldRoot: oldRoot, newCA: newCA, newRoot: newRoot}
-	secrets := cluster.Client().CoreV1().Secrets(caNamespace)
-	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: pluggedSecret, Namespace: caNamespace}, Data: oldFiles}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	writeCacerts(t, oldFiles)
 	dir := testkit.ShortDir(t) // a Unix socket's path is short
 	byPod := map[string]*caServer{}
 	for _, pod := range []string{ns + "-0", ns + "-1"} {
@@ -67,14 +61,7 @@ func newPreparedPair(t *testing.T, ns string) *preparedPair {
 		})
 	}
 
-	sec, err := secrets.Get(ctx, pluggedSecret, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sec.Data = newFiles // the rotation: cacerts replaced
-	if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	writeCacerts(t, newFiles) // the rotation: cacerts replaced
 	for pod, r := range byPod {
 		eventually(t, time.Minute, pod+" prepared the new CA", func(ctx context.Context) error {
 			return p.holds(ctx, r, "prepared", p.oldCA, p.oldRoot)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
@@ -67,6 +68,24 @@ func rotationRecord(ctx context.Context) (rotation.Record, error) {
 		return rec, err
 	}
 	return rec, json.Unmarshal(s.Data["rotation.json"], &rec)
+}
+
+// writeCacerts creates the cacerts Secret with files, or replaces its
+// files (the operator's rotation).
+func writeCacerts(t *testing.T, files map[string][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	secrets := cluster.Client().CoreV1().Secrets(caNamespace)
+	sec, err := secrets.Get(ctx, pluggedSecret, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: pluggedSecret, Namespace: caNamespace}, Data: files}, metav1.CreateOptions{})
+	} else if err == nil {
+		sec.Data = files
+		_, err = secrets.Update(ctx, sec, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // bothActivateAt reports whether every replica's next step is the
@@ -126,10 +145,7 @@ func TestKubeCARotationZeroFailedHandshakes(t *testing.T) {
 	resetCAState(t)
 	t.Cleanup(func() { resetCAState(t) })
 	oldFiles, _, oldRoot := testkit.Plugged(t, "operator")
-	secrets := cluster.Client().CoreV1().Secrets(caNamespace)
-	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: pluggedSecret, Namespace: caNamespace}, Data: oldFiles}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	writeCacerts(t, oldFiles)
 
 	// Leaves live 20 s; a new root signs 10 s after it is trusted (five
 	// --ca-root re-reads); the old root retires 20 s + 1 min after.
@@ -170,14 +186,7 @@ func TestKubeCARotationZeroFailedHandshakes(t *testing.T) {
 	for i := 0; ; i++ {
 		hs.Try(t, fmt.Sprintf("phases %v", phases))
 		if !rotated && hs.N >= 20 {
-			sec, err := secrets.Get(ctx, pluggedSecret, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sec.Data = newFiles // the rotation: cacerts replaced
-			if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			writeCacerts(t, newFiles) // the rotation: cacerts replaced
 			rotated = true
 		}
 	drain:

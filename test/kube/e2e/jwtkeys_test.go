@@ -79,7 +79,10 @@ func crossValidates(ctx context.Context, from, to *caServer, token, audience str
 // meshid ServiceAccount, with exactly the RBAC of deploy/, and checks that
 // a JWT-SVID minted by either validates against the bundle served by the
 // other: the replicas share their signing keys through the Secret the
-// leader of the meshid-jwt-keys Lease writes. Then, as an attacker with
+// leader of the meshid-jwt-keys Lease writes. That leader alone reports
+// meshid_jwt_key_leader 1 and alone wrote the Secret, while each replica
+// also serves meshid_ca_leader for its other elector, the CA's Lease
+// meshid-ca (1 on that Lease's holder only). Then, as an attacker with
 // write access to the Secret, it replaces the keys with a symmetric key: no
 // replica loads it, and the leader writes its keys back over it.
 func TestJWTKeysSharedByReplicas(t *testing.T) {
@@ -87,9 +90,12 @@ func TestJWTKeysSharedByReplicas(t *testing.T) {
 	kubeconfig := deployRBAC(t)
 	resetJWTKeys(t)
 	t.Cleanup(func() { resetJWTKeys(t) })
+	resetCAState(t) // the CA's own Lease too: two electors in one process
+	t.Cleanup(func() { resetCAState(t) })
 	replicas := map[string]*caServer{}
 	for _, name := range []string{"jwt-0", "jwt-1"} {
-		r := startCA(t, kubeconfig, "--namespace", caNamespace, "--pod-name", name, "--publish-root-configmap=false")
+		r := startCA(t, kubeconfig, "--namespace", caNamespace, "--pod-name", name,
+			"--root-configmap-namespaces", publishLabel+"=jwt-keys") // no namespace: the ConfigMaps are not under test
 		r.connect(t, r.stateRoots(t))
 		replicas[name] = r
 	}
@@ -108,6 +114,20 @@ func TestJWTKeysSharedByReplicas(t *testing.T) {
 		return nil
 	})
 
+	// Each Lease has its own leader gauge in the one registry: the holder
+	// of meshid-jwt-keys alone reports meshid_jwt_key_leader 1, the holder
+	// of meshid-ca alone meshid_ca_leader 1.
+	var jwtLeader string
+	eventually(t, wait, "the JWT key Lease's holder alone reports "+jwtsecret.LeaderMetric+" 1", func(ctx context.Context) error {
+		var err error
+		jwtLeader, err = gaugeLeader(ctx, replicas, jwtsecret.DefaultLeaseName, jwtsecret.LeaderMetric)
+		return err
+	})
+	eventually(t, wait, "the CA Lease's holder alone reports meshid_ca_leader 1", func(ctx context.Context) error {
+		_, err := gaugeLeader(ctx, replicas, "meshid-ca", "meshid_ca_leader")
+		return err
+	})
+
 	secrets := cluster.Client().CoreV1().Secrets(caNamespace)
 	sec, err := secrets.Get(ctx, jwtsecret.DefaultSecretName, metav1.GetOptions{})
 	if err != nil {
@@ -120,16 +140,14 @@ func TestJWTKeysSharedByReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var writes float64
 	for name, r := range replicas {
 		v, err := metric(r.monitor, "meshid_jwt_key_secret_writes_total")
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		writes += v
-	}
-	if writes != 1 {
-		t.Errorf("the replicas wrote the Secret %v times, want once (the leader's create)", writes)
+		if want := map[bool]float64{true: 1}[name == jwtLeader]; v != want {
+			t.Errorf("%s wrote the Secret %v times, want %v (once, the create, by the leader %s)", name, v, want, jwtLeader)
+		}
 	}
 
 	// The attacker's write: a symmetric key. Every replica keeps signing

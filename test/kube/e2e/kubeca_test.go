@@ -189,8 +189,11 @@ func startKubeCA(t *testing.T, kubeconfig, pod string) *caServer {
 	return startCA(t, kubeconfig, "--kube-ca-secret", "--namespace", caNamespace, "--pod-name", pod, "--rotation-propagation", "2s")
 }
 
-func leaseHolder(ctx context.Context) (string, error) {
-	l, err := cluster.Client().CoordinationV1().Leases(caNamespace).Get(ctx, "meshid-ca", metav1.GetOptions{})
+func leaseHolder(ctx context.Context) (string, error) { return holderOf(ctx, "meshid-ca") }
+
+// holderOf returns the holder of the Lease name in the CA's namespace.
+func holderOf(ctx context.Context, name string) (string, error) {
+	l, err := cluster.Client().CoordinationV1().Leases(caNamespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return "", err
 	}
@@ -198,6 +201,28 @@ func leaseHolder(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("lease has no holder")
 	}
 	return *l.Spec.HolderIdentity, nil
+}
+
+// gaugeLeader checks that, of replicas (by --pod-name), the holder of the
+// Lease lease alone reports gauge 1 and every other 0, and returns it.
+func gaugeLeader(ctx context.Context, replicas map[string]*caServer, lease, gauge string) (string, error) {
+	holder, err := holderOf(ctx, lease)
+	if err != nil {
+		return "", err
+	}
+	if replicas[holder] == nil {
+		return "", fmt.Errorf("Lease %s held by %q, not a replica", lease, holder)
+	}
+	for pod, r := range replicas {
+		v, err := metric(r.monitor, gauge)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", pod, err)
+		}
+		if want := map[bool]float64{true: 1}[pod == holder]; v != want {
+			return "", fmt.Errorf("%s: %s %v, want %v (Lease %s held by %s)", pod, gauge, v, want, lease, holder)
+		}
+	}
+	return holder, nil
 }
 
 // TestKubeCA runs two `meshid server --kube-ca-secret` replicas as the

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"sync"
 	"syscall"
@@ -226,7 +227,9 @@ func (e *env) srvAuth(t testing.TB) authn.Authenticator {
 // answered only by a serving server, so it is the condition waited on.
 func (e *env) waitReady(t testing.TB) {
 	t.Helper()
-	conn, err := tls.Dial("tcp", e.addr, &tls.Config{RootCAs: e.pool(), ServerName: "localhost", NextProtos: []string{"h2"}})
+	// The bound is a safety net only: a Run that returned without serving
+	// leaves the listener bound, where a handshake waits forever.
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: testkit.Guard}, "tcp", e.addr, &tls.Config{RootCAs: e.pool(), ServerName: "localhost", NextProtos: []string{"h2"}})
 	if err != nil {
 		t.Fatalf("handshake with the CA: %v", err)
 	}

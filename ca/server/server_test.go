@@ -403,6 +403,15 @@ func TestClientCertRenewal(t *testing.T) {
 			}
 		})
 	}
+	// meshid_ca_authenticated_requests_total counts callers who proved an
+	// identity, by how: the first request's token, then the two client
+	// certificates this CA issued (the one asking for another identity is
+	// authenticated, then refused); the foreign certificate proves nothing.
+	for method, want := range map[string]float64{"jwt": 1, "clientcert": 2, "tokenreview": 0, "other": 0} {
+		if got := testkit.Metric(t, e.reg, "meshid_ca_authenticated_requests_total", "method", method); got != want {
+			t.Errorf("meshid_ca_authenticated_requests_total{method=%q} = %v, want %v", method, got, want)
+		}
+	}
 }
 
 func TestServingCertificate(t *testing.T) {

@@ -324,6 +324,9 @@ func TestIssueServing(t *testing.T) {
 	if leaf.IsCA || len(leaf.ExtKeyUsage) != 1 || leaf.ExtKeyUsage[0] != x509.ExtKeyUsageServerAuth {
 		t.Errorf("serving cert profile wrong: CA=%v EKU=%v", leaf.IsCA, leaf.ExtKeyUsage)
 	}
+	if leaf.Subject.CommonName != dns[0] {
+		t.Errorf("serving cert CN %q, want the first DNS name %q", leaf.Subject.CommonName, dns[0])
+	}
 	if !certs.KeyMatches(leaf.PublicKey, key) || !leaf.NotAfter.Equal(t0.Add(ca.DefaultTTL)) {
 		t.Errorf("serving cert key or lifetime wrong: NotAfter %v", leaf.NotAfter)
 	}

@@ -325,11 +325,13 @@ func edgeCSRs(t *testing.T, base []byte) [][]byte {
 	}
 	build(func(q *csrParts) { q.noAttrs = true })
 	build(func(q *csrParts) { q.attrsTag = 0x80 })
-	// An RSA modulus of zero; a URI with the first non-IA5 byte.
+	// An RSA modulus of zero; a URI with the first non-IA5 byte; a URI
+	// host with an empty first label.
 	build(func(q *csrParts) {
 		q.spki = seq(seq(rsaOID, null), bits(seq(tlv(0x02, []byte{0x00}), tlv(0x02, []byte{1, 0, 1}))))
 	})
 	build(func(q *csrParts) { q.attrs = reqOf(ext(san, tlv(0x04, seq(tlv(0x86, []byte("spiffe://a/\x80")))))) })
+	build(func(q *csrParts) { q.attrs = reqOf(ext(san, tlv(0x04, seq(tlv(0x86, []byte("spiffe://.a/c")))))) })
 	return out
 }
 
@@ -337,7 +339,7 @@ func edgeCSRs(t *testing.T, base []byte) [][]byte {
 // at the edge of each character class the fast parser checks by hand:
 // every boundary character of PrintableString, IA5String up to 0x7f, and
 // URI hosts with the lowest and highest characters x509 allows (33 '!'
-// and 126 '~'). The signature no longer verifies; parsing does not check
+// and 126 '~') and a first label of two characters. The signature no longer verifies; parsing does not check
 // it.
 func fastEdgeCSRs(t *testing.T, base []byte) [][]byte {
 	p := splitCSR(t, base)
@@ -353,7 +355,7 @@ func fastEdgeCSRs(t *testing.T, base []byte) [][]byte {
 	for _, q := range []func(*csrParts){
 		func(q *csrParts) { q.subject = seq(atv(0x13, "azAZ09'()+,-./ :=?*&")) },
 		func(q *csrParts) { q.subject = seq(atv(0x16, "\x00ia5\x7f")) },
-		func(q *csrParts) { q.attrs = uriReq("spiffe://a!b~c/p") },
+		func(q *csrParts) { q.attrs = uriReq("spiffe://a!.b~c/p") },
 	} {
 		r := p
 		q(&r)

@@ -186,15 +186,24 @@ func (r *Rotation) Follow(data []byte) error {
 		return nil
 	}
 	if ns.current != r.st.current {
-		r.log.Info("new CA active: the leader signs with it, so this replica does too",
-			"subject", ns.current.Cert.Subject.String())
-		return r.commitLocked(ns, "activated")
+		return r.followActivationLocked(ns)
 	}
 	if len(ns.roots()) != len(r.st.roots()) {
 		return r.commitLocked(ns, stepFollowed)
 	}
 	r.st = ns
 	r.changedLocked()
+	return nil
+}
+
+// followActivationLocked commits ns, in which adoptLocked activated the CA
+// the leader signs with, and logs it once the Target took it.
+func (r *Rotation) followActivationLocked(ns state) error {
+	if err := r.commitLocked(ns, "activated"); err != nil {
+		return err
+	}
+	r.log.Info("new CA active: the leader signs with it, so this replica does too",
+		"subject", ns.current.Cert.Subject.String())
 	return nil
 }
 

@@ -227,11 +227,9 @@ func (r *Rotation) SetBundle(b *keystore.Bundle) error {
 		ns, _ = r.adoptLocked(ns, now) // the leader's clock, if it prepared b first
 		if ns.next == nil {
 			// The leader signs with b already: this replica follows at once.
-			if err := r.commitLocked(ns, "activated"); err != nil {
+			if err := r.followActivationLocked(ns); err != nil {
 				return r.refuseLocked(err)
 			}
-			r.log.Info("new CA active: the leader signs with it, so this replica does too",
-				"subject", b.Cert.Subject.String())
 			break
 		}
 		if err := r.commitLocked(ns, "prepared"); err != nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/sds/rootfile"
 )
 
@@ -59,16 +60,11 @@ func (m *Manager) rootsChanged(union []*x509.Certificate) {
 // already holds before the CA signs with it (the CA waits two refresh
 // intervals after publishing it, counted from before this agent started).
 func (m *Manager) refreshRoots(ctx context.Context) {
-	for {
+	m.readRootFile()
+	clock.Loop(ctx, m.clock, m.rootRefresh, nil, func(context.Context) time.Duration {
 		m.readRootFile()
-		timer := m.clock.NewTimer(m.rootRefresh)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		case <-timer.C():
-		}
-	}
+		return m.rootRefresh
+	})
 }
 
 // readRootFile loads RootFile into the bundle. A file that cannot be read,

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/connlimit"
@@ -27,7 +28,7 @@ type connLimiter struct {
 	metrics      *connMetrics
 
 	mu    sync.Mutex
-	conns map[string]*trackedConn // by remote address, for the stats handler
+	conns map[string]*trackedConn // by remote address, for markServed
 }
 
 type connMetrics struct {
@@ -141,28 +142,31 @@ func (c *trackedConn) Close() error {
 
 func (c *trackedConn) markServed() { c.serveOnce.Do(func() { close(c.served) }) }
 
-// connStats is the gRPC stats handler that tells the limiter when a
-// connection begins its first request.
-type connStats struct{ l *connLimiter }
-
-type connKey struct{}
-
-func (h connStats) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
-	h.l.mu.Lock()
-	c := h.l.conns[info.RemoteAddr.String()]
-	h.l.mu.Unlock()
-	if c == nil {
-		return ctx
+// markServed tells the limiter that the caller's connection has begun a
+// request, so its first-request timer no longer applies. It is called from
+// the server's interceptors rather than a gRPC stats handler: with any stats
+// handler installed, gRPC copies every request's metadata (the token
+// included) and builds seven event values per RPC for it, about 5% of the
+// CA's CPU per certificate (docs/benchmarks.md), to learn one bit per
+// connection. The peer's address is the key Accept stored (the transport
+// reads it from the same connection).
+func (l *connLimiter) markServed(ctx context.Context) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return
 	}
-	return context.WithValue(ctx, connKey{}, c)
-}
-
-func (h connStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
-	if c, ok := ctx.Value(connKey{}).(*trackedConn); ok {
+	key := p.Addr.String()
+	l.mu.Lock()
+	c := l.conns[key]
+	l.mu.Unlock()
+	if c != nil {
 		c.markServed()
 	}
-	return ctx
 }
 
-func (connStats) HandleConn(context.Context, stats.ConnStats) {}
-func (connStats) HandleRPC(context.Context, stats.RPCStats)   {}
+// unaryInterceptor marks the connection served. The CA's services are all
+// unary; a streaming one would need a stream interceptor doing the same.
+func (l *connLimiter) unaryInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	l.markServed(ctx)
+	return handler(ctx, req)
+}

@@ -232,7 +232,9 @@ func New(cfg Config) (*Server, error) {
 		grpc.Creds(credentials.NewTLS(s.serving.tlsConfig())),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.MaxHeaderListSize(cfg.MaxHeaderListSize),
-		grpc.StatsHandler(connStats{s.conns}),
+		// The first-request timeout learns of a request here (markServed
+		// says why not from a stats handler).
+		grpc.ChainUnaryInterceptor(s.conns.unaryInterceptor),
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		// Reuse handler goroutines: a request's crypto grows a fresh
 		// goroutine's stack several times; a worker keeps its grown

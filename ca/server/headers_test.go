@@ -18,6 +18,7 @@ import (
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/testkit"
 )
@@ -94,6 +95,17 @@ func TestHugeHeadersRefused(t *testing.T) {
 // ended: "grpc-status N", "rst <code>", "goaway <code>" or "closed".
 func rawRequest(t *testing.T, e *env, authorization, csr string) string {
 	t.Helper()
+	return rawExchange(t, e, authorization, csr).outcome
+}
+
+// rawResult is what the server sent on rawExchange's connection.
+type rawResult struct {
+	outcome string // as rawRequest returns it
+	pings   int    // PING frames the server sent (not acks)
+}
+
+func rawExchange(t *testing.T, e *env, authorization, csr string) (res rawResult) {
+	t.Helper()
 	conn, err := tls.Dial("tcp", e.addr, &tls.Config{RootCAs: e.pool(), ServerName: "localhost", NextProtos: []string{"h2"}})
 	if err != nil {
 		t.Fatal(err)
@@ -149,30 +161,82 @@ func rawRequest(t *testing.T, e *env, authorization, csr string) string {
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
-			return "closed"
+			res.outcome = "closed"
+			return res
 		}
 		switch f := f.(type) {
 		case *http2.MetaHeadersFrame:
 			if v := f.PseudoValue("status"); v != "" && v != "200" {
-				return "http " + v
+				res.outcome = "http " + v
+				return res
 			}
 			for _, hf := range f.RegularFields() {
 				if hf.Name == "grpc-status" {
-					return "grpc-status " + hf.Value
+					res.outcome = "grpc-status " + hf.Value
+					return res
 				}
 			}
 		case *http2.RSTStreamFrame:
-			return "rst " + f.ErrCode.String()
+			res.outcome = "rst " + f.ErrCode.String()
+			return res
 		case *http2.GoAwayFrame:
-			return "goaway " + f.ErrCode.String()
+			res.outcome = "goaway " + f.ErrCode.String()
+			return res
 		case *http2.SettingsFrame:
 			if !f.IsAck() {
 				_ = fr.WriteSettingsAck()
 			}
 		case *http2.PingFrame:
 			if !f.IsAck() {
+				res.pings++
 				_ = fr.WritePing(true, f.Data)
 			}
 		}
+	}
+}
+
+// TestNoFlowControlPings: the CA's flow-control windows are static, so a
+// request's DATA does not make the server probe the connection with a
+// PING (gRPC's bandwidth-delay estimator, on by default, sends one per
+// sample while data arrives and may grow a connection's window to 16 MiB).
+// Requests are at most MaxRecvMsgSize; the estimator's frames cost the CA
+// CPU per certificate and let a client steer how much the server buffers.
+func TestNoFlowControlPings(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	csr := csrFor(t, testkit.Key(t, certs.ECP256), sid("shop", "cart"), nil)
+	res := rawExchange(t, e, "Bearer "+e.token(t, "shop", "cart"), csr)
+	if res.outcome != "grpc-status 0" {
+		t.Fatalf("raw request with a valid token: %s, want grpc-status 0", res.outcome)
+	}
+	if res.pings != 0 {
+		t.Fatalf("the server sent %d PING frames for one request, want 0 (static windows)", res.pings)
+	}
+}
+
+// TestRequestsLargerThanTheWindow: with static windows, a request larger
+// than FlowControlWindow still arrives whole (the window reopens as the
+// server reads): a 200 KiB CSR is judged by the CSR size limit
+// (InvalidArgument naming it), and a message over MaxRecvMsgSize is
+// refused by gRPC's (ResourceExhausted), neither stalling.
+func TestRequestsLargerThanTheWindow(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	c := e.client(t, "localhost", nil)
+	ctx := withToken(context.Background(), e.token(t, "shop", "cart"))
+	big := strings.Repeat("a", 200<<10)
+	if 200<<10 <= server.FlowControlWindow || 200<<10 >= server.MaxRecvMsgSize {
+		t.Fatalf("the test's 200 KiB must lie between the window (%d) and the message limit (%d)", server.FlowControlWindow, server.MaxRecvMsgSize)
+	}
+	_, err := c.CreateCertificate(ctx, &securityv1alpha1.IstioCertificateRequest{Csr: big})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "KiB limit") {
+		t.Fatalf("200 KiB CSR: %v, want InvalidArgument naming the CSR limit", err)
+	}
+	_, err = c.CreateCertificate(ctx, &securityv1alpha1.IstioCertificateRequest{Csr: big + strings.Repeat("a", server.MaxRecvMsgSize)})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("CSR over the message limit: %v, want ResourceExhausted", err)
+	}
+	// The connection is still usable.
+	csr := csrFor(t, testkit.Key(t, certs.ECP256), sid("shop", "cart"), nil)
+	if _, err := c.CreateCertificate(ctx, &securityv1alpha1.IstioCertificateRequest{Csr: csr}); err != nil {
+		t.Fatalf("after the large requests: %v", err)
 	}
 }

@@ -31,6 +31,9 @@ const (
 	// MaxRecvMsgSize bounds a request: a CSR is at most 64 KiB of PEM
 	// (ca.MaxCSRSize), plus metadata.
 	MaxRecvMsgSize = 256 << 10
+	// FlowControlWindow is the HTTP/2 flow-control window of every stream
+	// and connection: what a client may send before the CA reads it.
+	FlowControlWindow = 64 << 10
 	// MaxConcurrentStreams bounds the requests in flight on one connection.
 	MaxConcurrentStreams = 256
 	// DefaultMaxHeaderListSize bounds the headers of a request (HTTP/2
@@ -236,6 +239,13 @@ func New(cfg Config) (*Server, error) {
 		// says why not from a stats handler).
 		grpc.ChainUnaryInterceptor(s.conns.unaryInterceptor),
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		// Static flow-control windows (gRPC's 64 KiB initial ones): a
+		// request is at most MaxRecvMsgSize, so the bandwidth-delay
+		// estimator, which PINGs the client while data arrives and can
+		// grow a connection's window to 16 MiB, buys the CA nothing and
+		// costs it frames per certificate (TestNoFlowControlPings).
+		grpc.StaticStreamWindowSize(FlowControlWindow),
+		grpc.StaticConnWindowSize(FlowControlWindow),
 		// Reuse handler goroutines: a request's crypto grows a fresh
 		// goroutine's stack several times; a worker keeps its grown
 		// stack (DefaultStreamWorkers says why 256 and what it costs).

@@ -4,7 +4,8 @@ import (
 	"context"
 	"net"
 	"path/filepath"
-	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/sds"
+	"github.com/meshid/meshid/sds/secretcache"
 )
 
 // BenchmarkStreams10kFloor holds 10,000 SotW streams (100 connections of
@@ -20,9 +23,9 @@ import (
 // load_test.go) first on a bare SDS server and then on meshid's, in the
 // same run, and reports for each the Go heap and stack per open stream,
 // the time from starting the clients to every stream holding default, and
-// for meshid's the time its 10,000 handlers take to end once the clients
-// are killed at once (mass disconnect; run with -mutexprofile to see the
-// contention).
+// for meshid's the time until its 10,000 handlers have cancelled their
+// watches once the clients are killed at once (mass disconnect; run with
+// -mutexprofile to see the contention).
 //
 // The bare server is the floor of an SDS server on gRPC: go-control-plane's
 // generated SecretDiscoveryService with a handler that answers each new
@@ -48,14 +51,18 @@ func BenchmarkStreams10kFloor(b *testing.B) {
 		floor.lc.close()
 		stopFloor()
 
-		h = start(b, m, quiet)
+		watches := &watchCounter{Source: m}
+		h = start(b, watches, quiet)
 		h.stop() // the harness's own client is not part of the load
-		h = start(b, m, quiet)
+		h = start(b, watches, quiet)
 		mesh := holdStreams(b, h.path, streams, conns)
+		allCancelled := watches.whenNoneOpen()
 		t0 := time.Now()
 		mesh.lc.close()
-		for runtime.NumGoroutine() > mesh.before.goroutines+8 && time.Since(t0) < time.Minute {
-			time.Sleep(5 * time.Millisecond)
+		select {
+		case <-allCancelled:
+		case <-time.After(time.Minute): // a safety bound, not a wait
+			b.Fatalf("%d of %d streams still watching a minute after their clients died", watches.open.Load(), streams)
 		}
 		disconnect := time.Since(t0)
 		h.stop()
@@ -67,6 +74,46 @@ func BenchmarkStreams10kFloor(b *testing.B) {
 		b.ReportMetric(mesh.ready.Seconds()*1000, "meshid-ready-ms")
 		b.ReportMetric(disconnect.Seconds()*1000, "meshid-disconnect-ms")
 	}
+}
+
+// watchCounter is the Source of meshid's server in the benchmark: it
+// counts the watches open (one per stream holding default) and signals
+// when the last is cancelled, which is when the last handler lets go of
+// the secret cache on a mass disconnect.
+type watchCounter struct {
+	sds.Source
+	open atomic.Int64
+
+	mu   sync.Mutex
+	zero chan struct{} // closed when open next reaches 0
+}
+
+func (w *watchCounter) Watch(name string, notify func(*secretcache.Secret)) func() {
+	w.open.Add(1)
+	cancel := w.Source.Watch(name, notify)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			if w.open.Add(-1) == 0 {
+				w.mu.Lock()
+				if w.zero != nil {
+					close(w.zero)
+					w.zero = nil
+				}
+				w.mu.Unlock()
+			}
+		})
+	}
+}
+
+// whenNoneOpen returns a channel closed when the open watches next fall
+// to zero.
+func (w *watchCounter) whenNoneOpen() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.zero = make(chan struct{})
+	return w.zero
 }
 
 type held struct {

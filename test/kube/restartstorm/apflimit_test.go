@@ -65,6 +65,13 @@ const (
 // The API server's own counters must show that APF rejected some of the
 // CA's reviews during the storm: otherwise the test did not exercise the
 // case, and fails.
+//
+// What reaches the CA when the retries run out is client-go's "context
+// deadline exceeded", not the 429 (client-go keeps no response of an
+// attempt it retried): the mapping of a 429 proper is ca/authn's
+// TestTokenReviewDecisions. Mapping every failed review to Unauthenticated,
+// as Istio's CA does, fails this test (checked with go test -overlay: 117
+// of 1,000 CSRs refused, never signed).
 func TestPastAPFLimitRetryableThenSigned(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -124,8 +131,8 @@ func TestPastAPFLimitRetryableThenSigned(t *testing.T) {
 
 	t.Logf("%d fresh tokens, %d callers, --kube-qps %d: the API server answered %v TokenReviews, %v of them 429 (APF rejected %v: %s); %v dispatched after %.1f ms in the queue on average",
 		len(reqs), len(reqs), raisedQPS, reviews, tooMany, rejected, strings.Join(reasons, ", "), dispatched, 1000*waited/max(dispatched, 1))
-	t.Logf("CSRs: %d signed at the first attempt, %d after retries, %d not signed; %d attempts in all; failures by code %v (the CA counted %v failed reviews); e.g. %q",
-		res.firstTry, res.signed-res.firstTry, len(reqs)-res.signed, res.attempts, res.byCode, caErrors, res.samples())
+	t.Logf("CSRs: %d signed at the first attempt, %d after retries (at most %d attempts), %d not signed; %d attempts in all; failures by code %v (the CA counted %v failed reviews); e.g. %q",
+		res.firstTry, res.signed-res.firstTry, res.most, len(reqs)-res.signed, res.attempts, res.byCode, caErrors, res.samples())
 
 	if rejected == 0 || tooMany == 0 {
 		t.Errorf("APF rejected %v of the CA's reviews (%v answered 429): the storm never went past the priority level's limit, so it tested nothing", rejected, tooMany)
@@ -254,6 +261,7 @@ type agentResult struct {
 	firstTry int                   // CSRs signed at their first attempt
 	signed   int                   // CSRs signed in the end
 	attempts int                   // CreateCertificate calls
+	most     int                   // the most attempts one CSR took to be signed
 	byCode   map[codes.Code]int    // failed calls by code
 	sample   map[codes.Code]string // one message per code
 	gaveUp   []error               // the last error of each CSR never signed
@@ -310,6 +318,7 @@ func (r *agentResult) add(o signOutcome) {
 	default:
 		r.signed++
 	}
+	r.most = max(r.most, o.attempt)
 }
 
 func (r *agentResult) failed(err error) {

@@ -1,0 +1,480 @@
+package restartstorm_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	securityapi "istio.io/api/security/v1alpha1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/meshid/meshid/ca/authn/boundtoken"
+	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/test/kube/harness"
+)
+
+// caLevel names the priority level and FlowSchema of
+// deploy/30-flowcontrol.yaml.
+const caLevel = "meshid-ca-tokenreviews"
+
+const (
+	// throttledTokens is the storm of TestPastAPFLimitRetryableThenSigned:
+	// that many pods restart at once, each with a fresh token and a CSR
+	// sent at once (no client pool: every restarting pod's agent asks as
+	// soon as it starts).
+	throttledTokens = 1000
+	// raisedQPS is the CA's --kube-qps in that test, --kube-burst twice
+	// it: so high that client-go's bucket never makes a review wait.
+	raisedQPS = 100000
+)
+
+// TestPastAPFLimitRetryableThenSigned is a restart storm against a CA whose
+// TokenReview client limit (--kube-qps, --kube-burst) is raised so far that
+// the API server's flow control is the limit: APF queues the CA's reviews
+// in its priority level and rejects what does not fit with 429 and a
+// Retry-After. client-go waits out the Retry-After and tries again (up to
+// ten times) within the CA's review timeout; what it cannot get through in
+// time must reach the pod's agent as a retryable code (Unavailable or
+// ResourceExhausted) with a message naming the cause, never as
+// Unauthenticated, PermissionDenied or Internal for a valid token. Each
+// caller retries like an agent (Istio's pilot-agent: those codes, with
+// exponential backoff and jitter) and every token ends up signed. The CA
+// stays ready, answers every failure it counts, and logs no token.
+//
+// The API server's own counters must show that APF rejected some of the
+// CA's reviews during the storm: otherwise the test did not exercise the
+// case, and fails.
+//
+// What reaches the CA when the retries run out is client-go's "context
+// deadline exceeded", not the 429 (client-go keeps no response of an
+// attempt it retried): the mapping of a 429 proper is ca/authn's
+// TestTokenReviewDecisions. Mapping every failed review to Unauthenticated,
+// as Istio's CA does, fails this test (checked with go test -overlay: 117
+// of 1,000 CSRs refused, never signed).
+func TestPastAPFLimitRetryableThenSigned(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	reqs := fleet(t, "apf-storm", throttledTokens)
+	throttleCALevel(t, ctx)
+
+	logs := &lockedBuffer{}
+	reg := prometheus.NewRegistry()
+	// The CA assembly `meshid server` runs, configured as its flags
+	// configure it: --kubeconfig, --token-verification tokenreview,
+	// --kube-qps, --kube-burst (cmd/meshid/server.go), and
+	// --publish-root-configmap=false.
+	srv := testkit.CA(t, caserver.Config{
+		TrustDomain:          trustDomain,
+		Kubeconfig:           caKubeconfig,
+		TokenVerification:    boundtoken.ModeTokenReview,
+		KubeQPS:              raisedQPS,
+		KubeBurst:            2 * raisedQPS,
+		DisableRootConfigMap: true,
+		MonitoringListen:     "127.0.0.1:0",
+		Registerer:           reg,
+		Logger:               slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	client := caClient(t, srv)
+
+	before, err := scrapeAPIServer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := agentStorm(ctx, client, reqs)
+	after, err := scrapeAPIServer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// What APF did to the CA's reviews during the storm.
+	ours := []string{`priority_level="` + caLevel + `"`}
+	rejected := after.sum("apiserver_flowcontrol_rejected_requests_total", ours...) -
+		before.sum("apiserver_flowcontrol_rejected_requests_total", ours...)
+	var reasons []string
+	for _, r := range []string{"queue-full", "time-out", "concurrency-limit", "cancelled"} {
+		l := append(slices.Clone(ours), `reason="`+r+`"`)
+		if d := after.sum("apiserver_flowcontrol_rejected_requests_total", l...) - before.sum("apiserver_flowcontrol_rejected_requests_total", l...); d > 0 {
+			reasons = append(reasons, fmt.Sprintf("%s %v", r, d))
+		}
+	}
+	tooMany := after.sum("apiserver_request_total", `resource="tokenreviews"`, `code="429"`) -
+		before.sum("apiserver_request_total", `resource="tokenreviews"`, `code="429"`)
+	reviews := after.sum("apiserver_request_total", `resource="tokenreviews"`) -
+		before.sum("apiserver_request_total", `resource="tokenreviews"`)
+	executed := append(slices.Clone(ours), `execute="true"`)
+	waited := after.sum("apiserver_flowcontrol_request_wait_duration_seconds_sum", executed...) -
+		before.sum("apiserver_flowcontrol_request_wait_duration_seconds_sum", executed...)
+	dispatched := after.sum("apiserver_flowcontrol_request_wait_duration_seconds_count", executed...) -
+		before.sum("apiserver_flowcontrol_request_wait_duration_seconds_count", executed...)
+	caErrors := gathered(t, reg, "meshid_ca_tokenreview_requests_total", "result", "error")
+
+	t.Logf("%d fresh tokens, %d callers, --kube-qps %d: the API server answered %v TokenReviews, %v of them 429 (APF rejected %v: %s); %v dispatched after %.1f ms in the queue on average",
+		len(reqs), len(reqs), raisedQPS, reviews, tooMany, rejected, strings.Join(reasons, ", "), dispatched, 1000*waited/max(dispatched, 1))
+	t.Logf("CSRs: %d signed at the first attempt, %d after retries (at most %d attempts), %d not signed; %d attempts in all; failures by code %v (the CA counted %v failed reviews); e.g. %q",
+		res.firstTry, res.signed-res.firstTry, res.most, len(reqs)-res.signed, res.attempts, res.byCode, caErrors, res.samples())
+
+	if rejected == 0 || tooMany == 0 {
+		t.Errorf("APF rejected %v of the CA's reviews (%v answered 429): the storm never went past the priority level's limit, so it tested nothing", rejected, tooMany)
+	}
+	for code, n := range res.byCode {
+		msg := res.sample[code]
+		switch code {
+		case codes.Unavailable, codes.ResourceExhausted:
+			if !strings.Contains(msg, "Kubernetes API server") {
+				t.Errorf("%d CSRs failed with %v %q: the message does not name the API server as the cause", n, code, msg)
+			}
+		default:
+			t.Errorf("%d CSRs with valid tokens failed with %v (%q), want only Unavailable or ResourceExhausted: an agent does not retry it, or retries a verdict that will not change", n, code, msg)
+		}
+	}
+	if res.signed != len(reqs) {
+		t.Errorf("signed %d of %d fresh tokens after retrying like an agent; last errors: %v", res.signed, len(reqs), res.gaveUp[:min(3, len(res.gaveUp))])
+	}
+	// Every failure the callers saw is one review the CA could not get
+	// answered (the tokens are all different: no review is shared).
+	if unavailable := res.byCode[codes.Unavailable]; float64(unavailable) != caErrors {
+		t.Errorf("callers got %d Unavailable, the CA counted %v failed TokenReviews", unavailable, caErrors)
+	}
+	// The CA stays healthy: ready, and serving its monitoring endpoints.
+	if err := srv.Ready(); err != nil {
+		t.Errorf("the CA is not ready after the storm: %v", err)
+	}
+	if code, err := httpStatus(ctx, "http://"+srv.MonitoringAddr().String()+"/readyz"); err != nil || code != http.StatusOK {
+		t.Errorf("/readyz after the storm: %d %v", code, err)
+	}
+	// Whatever it logged about the failed reviews holds no token: every
+	// JWT begins with the base64 of `{"`, "eyJ".
+	if l := logs.String(); strings.Contains(l, "eyJ") {
+		i := strings.Index(l, "eyJ")
+		t.Errorf("the CA logged a token: ...%s...", l[max(0, i-200):min(len(l), i+40)])
+	}
+}
+
+// throttleCALevel server-side applies a copy of deploy/30-flowcontrol.yaml's
+// priority level shrunk to 1 concurrency share (3 of the API server's 600
+// seats), nothing lent or borrowed, and one queue of 1, until the test ends
+// (then it applies the shipped level again). Why: the shipped level has 33
+// to 132 seats and queues up to 4 × 100 reviews of one flow (all the CA's
+// reviews are one flow), so APF rejects only past about 500 reviews waiting
+// at once; on the 2-core test machine, 2,000 fresh tokens sent at once were
+// all reviewed without one rejection. Shrunk, the level holds 4 reviews and
+// rejects the rest; with 1,000 tokens at once it rejects hundreds, and
+// keeps rejecting some long enough that client-go's retries run out of the
+// CA's review timeout. Only the sizes change: the classification, the
+// level's type (Limited) and its limit response (Queue) stay the shipped
+// ones.
+func throttleCALevel(t *testing.T, ctx context.Context) {
+	t.Helper()
+	repo, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := harness.ReadManifests(filepath.Join(repo, "deploy", "30-flowcontrol.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shipped *unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "PriorityLevelConfiguration" && o.GetName() == caLevel {
+			shipped = o
+		}
+	}
+	if shipped == nil {
+		t.Fatalf("deploy/30-flowcontrol.yaml has no PriorityLevelConfiguration %s", caLevel)
+	}
+	small := shipped.DeepCopy()
+	for path, v := range map[string]int64{
+		"nominalConcurrencyShares":               1,
+		"lendablePercent":                        0,
+		"borrowingLimitPercent":                  0,
+		"limitResponse.queuing.queues":           1,
+		"limitResponse.queuing.handSize":         1,
+		"limitResponse.queuing.queueLengthLimit": 1,
+	} {
+		if err := unstructured.SetNestedField(small.Object, v, append([]string{"spec", "limited"}, strings.Split(path, ".")...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cluster.Apply(ctx, small); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if _, err := cluster.Apply(ctx, shipped); err != nil {
+			t.Errorf("restoring the shipped priority level: %v", err)
+			return
+		}
+		// Shipped: it lends and borrows, so its lower and upper limits differ.
+		waitForLevel(t, ctx, "the shipped limits", func(nominal, lower, upper float64) bool { return lower < nominal && nominal < upper })
+	})
+	// The API server's APF controller digests the change asynchronously;
+	// it sets the limits it reports and the queues in one step.
+	waitForLevel(t, ctx, "the throttled limits", func(nominal, lower, upper float64) bool { return nominal == lower && lower == upper && upper > 0 })
+}
+
+// waitForLevel polls the API server's seat limits of the CA's priority
+// level until ok accepts them.
+func waitForLevel(t *testing.T, ctx context.Context, what string, ok func(nominal, lower, upper float64) bool) {
+	t.Helper()
+	l := `priority_level="` + caLevel + `"`
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		m, err := scrapeAPIServer(ctx)
+		if err != nil {
+			return false, err
+		}
+		n := m.sum("apiserver_flowcontrol_nominal_limit_seats", l)
+		lo := m.sum("apiserver_flowcontrol_lower_limit_seats", l)
+		up := m.sum("apiserver_flowcontrol_upper_limit_seats", l)
+		last = fmt.Sprintf("nominal %v, lower %v, upper %v seats", n, lo, up)
+		return ok(n, lo, up), nil
+	})
+	if err != nil {
+		t.Fatalf("the API server never reported %s for %s (last: %s): %v", what, caLevel, last, err)
+	}
+}
+
+// agentResult is what the callers of agentStorm saw.
+type agentResult struct {
+	mu       sync.Mutex
+	firstTry int                   // CSRs signed at their first attempt
+	signed   int                   // CSRs signed in the end
+	attempts int                   // CreateCertificate calls
+	most     int                   // the most attempts one CSR took to be signed
+	byCode   map[codes.Code]int    // failed calls by code
+	sample   map[codes.Code]string // one message per code
+	gaveUp   []error               // the last error of each CSR never signed
+}
+
+func (r *agentResult) samples() []string {
+	var out []string
+	for c, m := range r.sample {
+		out = append(out, c.String()+": "+m)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Retries of agentStorm's callers: Istio's pilot-agent retries a CSR that
+// failed with Unavailable or ResourceExhausted (among others; never
+// Unauthenticated or PermissionDenied) after 100 ms, doubling, with jitter,
+// and its secret manager keeps trying after that. The delay is the agent's
+// behaviour, not a wait for the test: no assertion depends on its length.
+const (
+	agentAttempts    = 12
+	agentBackoffBase = 100 * time.Millisecond
+	agentBackoffMax  = 5 * time.Second
+)
+
+// agentStorm sends every request at once, each retried like an agent
+// until signed, refused with a code no agent retries, or agentAttempts
+// used up.
+func agentStorm(ctx context.Context, client securityapi.IstioCertificateServiceClient, reqs []request) *agentResult {
+	res := &agentResult{byCode: map[codes.Code]int{}, sample: map[codes.Code]string{}}
+	var wg sync.WaitGroup
+	for _, r := range reqs {
+		wg.Go(func() { res.add(agentSign(ctx, client, r, res)) })
+	}
+	wg.Wait()
+	return res
+}
+
+// signOutcome is one CSR's end: signed (at which attempt) or its last error.
+type signOutcome struct {
+	attempt int
+	err     error
+}
+
+func (r *agentResult) add(o signOutcome) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case o.err != nil:
+		r.gaveUp = append(r.gaveUp, o.err)
+	case o.attempt == 1:
+		r.firstTry++
+		r.signed++
+	default:
+		r.signed++
+	}
+	r.most = max(r.most, o.attempt)
+}
+
+func (r *agentResult) failed(err error) {
+	st := status.Convert(err)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.byCode[st.Code()]++
+	if _, ok := r.sample[st.Code()]; !ok {
+		r.sample[st.Code()] = st.Message()
+	}
+}
+
+func agentSign(ctx context.Context, client securityapi.IstioCertificateServiceClient, r request, res *agentResult) signOutcome {
+	var err error
+	for attempt := 1; attempt <= agentAttempts; attempt++ {
+		if attempt > 1 {
+			d := min(agentBackoffBase<<(attempt-2), agentBackoffMax)
+			d -= time.Duration(rand.Float64() * 0.2 * float64(d))
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return signOutcome{err: ctx.Err()}
+			}
+		}
+		res.mu.Lock()
+		res.attempts++
+		res.mu.Unlock()
+		// A guard against a hang only: the CA bounds each review itself.
+		actx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+r.token), 2*time.Minute)
+		var resp *securityapi.IstioCertificateResponse
+		resp, err = client.CreateCertificate(actx, &securityapi.IstioCertificateRequest{
+			Csr: r.csr, ValidityDuration: int64(time.Hour / time.Second),
+		})
+		cancel()
+		if err == nil && len(resp.GetCertChain()) > 1 {
+			return signOutcome{attempt: attempt}
+		}
+		if err == nil {
+			err = fmt.Errorf("a chain of %d elements", len(resp.GetCertChain()))
+		}
+		res.failed(err)
+		if c := status.Code(err); c != codes.Unavailable && c != codes.ResourceExhausted {
+			return signOutcome{err: err} // an agent would not retry it either
+		}
+	}
+	return signOutcome{err: err}
+}
+
+// caClient is a CreateCertificate client of s, trusting its roots.
+func caClient(t *testing.T, s *caserver.Server) securityapi.IstioCertificateServiceClient {
+	t.Helper()
+	pool := x509.NewCertPool()
+	for _, r := range s.Authority().Bundle().Roots {
+		pool.AddCert(r)
+	}
+	conn, err := grpc.NewClient(s.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12,
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return securityapi.NewIstioCertificateServiceClient(conn)
+}
+
+// apiMetrics is one read of the API server's /metrics.
+type apiMetrics []string
+
+func scrapeAPIServer(ctx context.Context) (apiMetrics, error) {
+	raw, err := cluster.Client().CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("/metrics: %w", err)
+	}
+	return strings.Split(string(raw), "\n"), nil
+}
+
+// sum adds up the samples of metric whose labels include every one of
+// labels (each `name="value"`).
+func (m apiMetrics) sum(metric string, labels ...string) float64 {
+	total := 0.0
+	for _, line := range m {
+		rest, ok := strings.CutPrefix(line, metric)
+		if !ok || (!strings.HasPrefix(rest, "{") && !strings.HasPrefix(rest, " ")) {
+			continue
+		}
+		if !all(labels, func(l string) bool { return strings.Contains(rest, l) }) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+			total += v
+		}
+	}
+	return total
+}
+
+func all[T any](s []T, f func(T) bool) bool {
+	for _, x := range s {
+		if !f(x) {
+			return false
+		}
+	}
+	return true
+}
+
+// gathered is the value of the counter name{label="value"} in reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func httpStatus(ctx context.Context, url string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
+
+// lockedBuffer is a log destination safe for concurrent writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

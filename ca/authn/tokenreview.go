@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshid/meshid/ca"
+	kclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
@@ -85,6 +88,7 @@ type TokenReview struct {
 	requests  *prometheus.CounterVec
 	cacheHits prometheus.Counter
 	latency   prometheus.Histogram
+	throttled prometheus.Counter // 429 answers, retried attempts included
 }
 
 type reviewResult struct {
@@ -134,8 +138,10 @@ func NewTokenReview(cfg TokenReviewConfig) (*TokenReview, error) {
 		latency: metric.Histogram("meshid_ca_tokenreview_duration_seconds",
 			"Latency of TokenReview calls to the Kubernetes API server.",
 			prometheus.ExponentialBuckets(0.001, 2, 14)),
+		throttled: metric.Counter("meshid_ca_tokenreview_throttled_total",
+			"HTTP 429 answers of the Kubernetes API server (its flow control rejecting the call) to TokenReview calls, every attempt counted, those client-go retried included."),
 	}
-	if err := metric.Register(cfg.Registerer, t.requests, t.cacheHits, t.latency); err != nil {
+	if err := metric.Register(cfg.Registerer, t.requests, t.cacheHits, t.latency, t.throttled); err != nil {
 		return nil, fmt.Errorf("authn: register TokenReview metrics: %w", err)
 	}
 	return t, nil
@@ -237,6 +243,15 @@ func (t *TokenReview) review(ctx context.Context, token string) (reviewResult, e
 	// (singleflight), so the first caller going away must not fail it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.timeout)
 	defer cancel()
+	// The API server's flow control answers 429 to what it cannot queue,
+	// and client-go retries that silently: the client's transport
+	// (ca/kube/client) reports each one here, so that the metric and a
+	// failed review's message tell throttling from a slow API server.
+	var throttled atomic.Int32
+	ctx = kclient.OnThrottled(ctx, func() {
+		throttled.Add(1)
+		t.throttled.Inc()
+	})
 	start := t.clock.Now()
 	resp, err := t.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: t.audiences},
@@ -248,8 +263,15 @@ func (t *TokenReview) review(ctx context.Context, token string) (reviewResult, e
 		// not judged: never answer Unauthenticated for it, and do not
 		// cache. The error text of client-go does not contain the token.
 		t.requests.WithLabelValues("error").Inc()
-		t.log.Warn("TokenReview call failed", "error", err)
-		return reviewResult{}, ca.Wrap(ca.KindUnavailable, err, "tokenreview: the Kubernetes API server could not review the token")
+		n := throttled.Load()
+		if n == 0 {
+			t.log.Warn("TokenReview call failed", "error", err)
+			return reviewResult{}, ca.Wrap(ca.KindUnavailable, err, "tokenreview: the Kubernetes API server could not review the token")
+		}
+		// Still Unavailable: a 429 says nothing about the token.
+		msg := t.throttledMessage(n, ctx.Err() != nil, err)
+		t.log.Warn("TokenReview call failed: the Kubernetes API server throttled it", "http_429", n, "reason", msg, "error", err)
+		return reviewResult{}, ca.Wrap(ca.KindUnavailable, err, msg)
 	}
 	caller, rejectErr := t.check(&resp.Status)
 	if rejectErr != nil {
@@ -265,6 +287,25 @@ func (t *TokenReview) review(ctx context.Context, token string) (reviewResult, e
 		caller.Expiry = exp
 	}
 	return reviewResult{caller: caller}, nil
+}
+
+// throttledMessage is the caller's message for a review that failed after
+// n 429 answers: it ran out of time (expired), client-go stopped retrying
+// (its retries are bounded), or the API server failed otherwise after.
+func (t *TokenReview) throttledMessage(n int32, expired bool, err error) string {
+	times := "once"
+	if n > 1 {
+		times = fmt.Sprintf("%d times", n)
+	}
+	head := "tokenreview: the Kubernetes API server throttled the review (HTTP 429, " + times + ")"
+	switch {
+	case expired:
+		return head + " and it did not finish within " + t.timeout.String()
+	case apierrors.IsTooManyRequests(err):
+		return head + " until client-go stopped retrying"
+	default:
+		return head + ", then could not review the token"
+	}
 }
 
 // check turns a TokenReview status into a Caller or a rejection.

@@ -58,6 +58,9 @@ func limited(rc *rest.Config, qps float32, burst int, use string) *rest.Config {
 	c.QPS, c.Burst = qps, burst
 	c.RateLimiter = nil
 	c.UserAgent = kclient.DefaultUserAgent + "/remote-" + use
+	// A TokenReview's message names the API server's throttling (429s),
+	// as with the local cluster's client.
+	c.Wrap(kclient.CountThrottled)
 	c.ContentType = "application/vnd.kubernetes.protobuf"
 	c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	return c

@@ -61,7 +61,9 @@ type Config struct {
 
 // Clients are the CA's two Kubernetes clients.
 type Clients struct {
-	// Auth sends TokenReviews (and SubjectAccessReviews).
+	// Auth sends TokenReviews (and SubjectAccessReviews). Its transport
+	// counts the API server's 429 answers for the requests made with a
+	// context of OnThrottled.
 	Auth kubeclient.Interface
 	// Controllers serves leader election, the root ConfigMap publisher,
 	// the CA Secret store and their informers.
@@ -101,6 +103,9 @@ func New(cfg Config) (*Clients, error) {
 		AuthConfig:       withLimits(base, cfg.QPS, cfg.Burst, cfg.UserAgent+"/tokenreview"),
 		ControllerConfig: withLimits(base, cfg.ControllerQPS, cfg.ControllerBurst, cfg.UserAgent+"/controllers"),
 	}
+	// The API server's 429s to the CA's reviews, which client-go retries
+	// without a word, reach the review that asked (OnThrottled).
+	out.AuthConfig.Wrap(CountThrottled)
 	if out.Auth, err = kubeclient.New(rest.CopyConfig(out.AuthConfig)); err != nil {
 		return nil, fmt.Errorf("client: TokenReview client: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,7 +72,11 @@ const (
 // attempt it retried): the mapping of a 429 proper is ca/authn's
 // TestTokenReviewDecisions. Mapping every failed review to Unauthenticated,
 // as Istio's CA does, fails this test (checked with go test -overlay: 117
-// of 1,000 CSRs refused, never signed).
+// of 1,000 CSRs refused, never signed). The CA's TokenReview transport
+// sees every 429 though: meshid_ca_tokenreview_throttled_total must equal
+// the 429s the API server counts having sent it, and a failed review that
+// was throttled must say so in its message (without the transport's count,
+// checked with -overlay, both fail).
 func TestPastAPFLimitRetryableThenSigned(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -112,10 +117,12 @@ func TestPastAPFLimitRetryableThenSigned(t *testing.T) {
 	rejected := after.sum("apiserver_flowcontrol_rejected_requests_total", ours...) -
 		before.sum("apiserver_flowcontrol_rejected_requests_total", ours...)
 	var reasons []string
+	byReason := map[string]float64{}
 	for _, r := range []string{"queue-full", "time-out", "concurrency-limit", "cancelled"} {
 		l := append(slices.Clone(ours), `reason="`+r+`"`)
 		if d := after.sum("apiserver_flowcontrol_rejected_requests_total", l...) - before.sum("apiserver_flowcontrol_rejected_requests_total", l...); d > 0 {
 			reasons = append(reasons, fmt.Sprintf("%s %v", r, d))
+			byReason[r] = d
 		}
 	}
 	tooMany := after.sum("apiserver_request_total", `resource="tokenreviews"`, `code="429"`) -
@@ -125,12 +132,19 @@ func TestPastAPFLimitRetryableThenSigned(t *testing.T) {
 	executed := append(slices.Clone(ours), `execute="true"`)
 	waited := after.sum("apiserver_flowcontrol_request_wait_duration_seconds_sum", executed...) -
 		before.sum("apiserver_flowcontrol_request_wait_duration_seconds_sum", executed...)
+	served := `resource="tokenreviews"`
+	late := after.sum("apiserver_request_duration_seconds_count", served) - before.sum("apiserver_request_duration_seconds_count", served) -
+		(after.sum("apiserver_request_duration_seconds_bucket", served, `le="5"`) - before.sum("apiserver_request_duration_seconds_bucket", served, `le="5"`))
 	dispatched := after.sum("apiserver_flowcontrol_request_wait_duration_seconds_count", executed...) -
 		before.sum("apiserver_flowcontrol_request_wait_duration_seconds_count", executed...)
 	caErrors := gathered(t, reg, "meshid_ca_tokenreview_requests_total", "result", "error")
+	caThrottled := testkit.Metric(t, reg, "meshid_ca_tokenreview_throttled_total")
+	throttledMsgs, plainMsgs, throttledIn, odd := res.unavailableMessages()
 
 	t.Logf("%d fresh tokens, %d callers, --kube-qps %d: the API server answered %v TokenReviews, %v of them 429 (APF rejected %v: %s); %v dispatched after %.1f ms in the queue on average",
 		len(reqs), len(reqs), raisedQPS, reviews, tooMany, rejected, strings.Join(reasons, ", "), dispatched, 1000*waited/max(dispatched, 1))
+	t.Logf("the CA counted %v 429s (meshid_ca_tokenreview_throttled_total); of the %d Unavailable, %d name the throttling (%d 429s in all), %d do not; the API server served %v reviews in more than 5 s",
+		caThrottled, len(res.unavailable), throttledMsgs, throttledIn, plainMsgs, late)
 	t.Logf("CSRs: %d signed at the first attempt, %d after retries (at most %d attempts), %d not signed; %d attempts in all; failures by code %v (the CA counted %v failed reviews); e.g. %q",
 		res.firstTry, res.signed-res.firstTry, res.most, len(reqs)-res.signed, res.attempts, res.byCode, caErrors, res.samples())
 
@@ -155,6 +169,34 @@ func TestPastAPFLimitRetryableThenSigned(t *testing.T) {
 	// answered (the tokens are all different: no review is shared).
 	if unavailable := res.byCode[codes.Unavailable]; float64(unavailable) != caErrors {
 		t.Errorf("callers got %d Unavailable, the CA counted %v failed TokenReviews", unavailable, caErrors)
+	}
+	// The CA saw every 429 the API server sent it, retried ones included.
+	// The API server also counts a 429 for each review APF gave up on
+	// because the CA had gone (its review timeout ended while the review
+	// waited in the queue: reason "cancelled"); nobody read that answer.
+	if sent := tooMany - byReason["cancelled"]; caThrottled != sent {
+		t.Errorf("meshid_ca_tokenreview_throttled_total %v, the API server answered %v TokenReviews with 429 (%v to a CA that had gone)",
+			caThrottled, tooMany, byReason["cancelled"])
+	}
+	// A failed review that was throttled says so, with how often; the
+	// failed reviews together cannot have had more 429s than the CA
+	// counted. A review fails without a 429 the CA could read only if its
+	// 10 s ran out in APF's queue (then the API server counts it
+	// "cancelled") or while the API server served it (late): only that
+	// many messages may be those of an unthrottled review.
+	for _, m := range odd {
+		t.Errorf("an Unavailable message neither names the throttling nor is the one of an unthrottled review: %q", m)
+	}
+	if float64(throttledIn) > caThrottled {
+		t.Errorf("the Unavailable messages count %d 429s, the CA counted %v", throttledIn, caThrottled)
+	}
+	// The CA's warning of each such review names the throttling too.
+	if n := strings.Count(logs.String(), "TokenReview call failed: the Kubernetes API server throttled it"); n != throttledMsgs {
+		t.Errorf("the CA logged %d failed reviews as throttled, the callers got %d such messages", n, throttledMsgs)
+	}
+	if float64(plainMsgs) > byReason["cancelled"]+late {
+		t.Errorf("%d of %d Unavailable messages do not name the throttling, yet the API server answered all but %v reviews (%v given up in the queue, %v served in more than 5 s) within the CA's timeout, and %v of them with 429",
+			plainMsgs, len(res.unavailable), byReason["cancelled"]+late, byReason["cancelled"], late, tooMany)
 	}
 	// The CA stays healthy: ready, and serving its monitoring endpoints.
 	if err := srv.Ready(); err != nil {
@@ -257,14 +299,15 @@ func waitForLevel(t *testing.T, ctx context.Context, what string, ok func(nomina
 
 // agentResult is what the callers of agentStorm saw.
 type agentResult struct {
-	mu       sync.Mutex
-	firstTry int                   // CSRs signed at their first attempt
-	signed   int                   // CSRs signed in the end
-	attempts int                   // CreateCertificate calls
-	most     int                   // the most attempts one CSR took to be signed
-	byCode   map[codes.Code]int    // failed calls by code
-	sample   map[codes.Code]string // one message per code
-	gaveUp   []error               // the last error of each CSR never signed
+	mu          sync.Mutex
+	firstTry    int                   // CSRs signed at their first attempt
+	signed      int                   // CSRs signed in the end
+	attempts    int                   // CreateCertificate calls
+	most        int                   // the most attempts one CSR took to be signed
+	byCode      map[codes.Code]int    // failed calls by code
+	sample      map[codes.Code]string // one message per code
+	unavailable []string              // every Unavailable message
+	gaveUp      []error               // the last error of each CSR never signed
 }
 
 func (r *agentResult) samples() []string {
@@ -329,6 +372,38 @@ func (r *agentResult) failed(err error) {
 	if _, ok := r.sample[st.Code()]; !ok {
 		r.sample[st.Code()] = st.Message()
 	}
+	if st.Code() == codes.Unavailable {
+		r.unavailable = append(r.unavailable, st.Message())
+	}
+}
+
+// The CA's Unavailable messages for a failed review: with the API
+// server's 429s (how many), or without.
+var (
+	throttledMessage = regexp.MustCompile(`tokenreview: the Kubernetes API server throttled the review \(HTTP 429, (once|([0-9]+) times)\)`)
+	plainMessage     = "tokenreview: the Kubernetes API server could not review the token"
+)
+
+// unavailableMessages sorts the Unavailable messages: how many name the
+// throttling and with how many 429s in all, how many are those of a
+// review without a 429, and the others.
+func (r *agentResult) unavailableMessages() (throttled, plain, tooMany int, others []string) {
+	for _, m := range r.unavailable {
+		switch sm := throttledMessage.FindStringSubmatch(m); {
+		case sm != nil && sm[1] == "once":
+			throttled++
+			tooMany++
+		case sm != nil:
+			n, _ := strconv.Atoi(sm[2])
+			throttled++
+			tooMany += n
+		case strings.Contains(m, plainMessage):
+			plain++
+		default:
+			others = append(others, m)
+		}
+	}
+	return throttled, plain, tooMany, others
 }
 
 func agentSign(ctx context.Context, client securityapi.IstioCertificateServiceClient, r request, res *agentResult) signOutcome {

@@ -284,3 +284,31 @@ func TestRouterProbeTimeout(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+// A remote API server's flow control rejecting the CA's reviews (429) is
+// named in the Unavailable the caller gets, as for the local cluster: the
+// remote TokenReview client reports its 429s (ca/kube/client).
+func TestRemoteThrottlingNamed(t *testing.T) {
+	var throttled atomic.Int64
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		throttled.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "0")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429}`))
+	}))
+	t.Cleanup(srv.Close)
+	b := &apiServer{srv: srv}
+	r, _ := newRouter(t, cluster.Config{LocalID: "a", Local: &localAuth{}})
+	if err := r.Set("b", b.config(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.Authenticate(context.Background(), authn.Credentials{Token: "b-token", ClusterID: "b"})
+	var e *ca.Error
+	if !errors.As(err, &e) || e.Kind != ca.KindUnavailable || !strings.Contains(e.Msg, "the Kubernetes API server throttled the review (HTTP 429, ") {
+		t.Fatalf("err %v, want Unavailable naming the throttling", err)
+	}
+	if throttled.Load() == 0 {
+		t.Fatal("the remote API server answered nothing")
+	}
+}

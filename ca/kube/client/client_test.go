@@ -155,3 +155,57 @@ func TestNotInCluster(t *testing.T) {
 		t.Fatalf("err %v, want ErrNotInCluster", err)
 	}
 }
+
+// The Auth client reports each 429 of a request made with OnThrottled's
+// context, the attempts client-go retries included; the Controllers
+// client reports nothing.
+func TestAuthReportsThrottling(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		answered = map[string]int{} // user agent -> 429s sent
+	)
+	const rejections = 3
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n := answered[r.UserAgent()]
+		if n < rejections {
+			answered[r.UserAgent()]++
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if n < rejections {
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"kind":"TokenReview","apiVersion":"authentication.k8s.io/v1","status":{"authenticated":false}}`))
+	}))
+	defer srv.Close()
+	cs, err := client.New(client.Config{Kubeconfig: writeKubeconfig(t, srv.URL), UserAgent: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	review := func(c kubeclient.Interface, ctx context.Context) {
+		t.Helper()
+		if _, err := c.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var reported int
+	count := func() { reported++ }
+	review(cs.Auth, client.OnThrottled(context.Background(), count))
+	if reported != rejections {
+		t.Errorf("the Auth client reported %d 429s, the server sent %d", reported, rejections)
+	}
+	reported = 0
+	review(cs.Controllers, client.OnThrottled(context.Background(), count))
+	if reported != 0 {
+		t.Errorf("the Controllers client reported %d 429s", reported)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if answered["u/tokenreview"] != rejections || answered["u/controllers"] != rejections {
+		t.Errorf("the server sent 429s %v, want %d to each client", answered, rejections)
+	}
+}

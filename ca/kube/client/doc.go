@@ -16,4 +16,12 @@
 // them zero) capped the CA at 5 fresh-token certificates per second; the
 // API server itself, with API Priority and Fairness (deploy/), is what
 // protects the cluster from the CA, not a client-side bucket.
+//
+// When that flow control rejects a review (HTTP 429 with a Retry-After),
+// client-go waits and retries it within the review's context, and reports
+// nothing of it: a review that runs out of time fails with "context
+// deadline exceeded" alone. The Auth client's transport therefore reports
+// every 429 to the function the request's context carries (OnThrottled);
+// ca/authn's TokenReview counts them (meshid_ca_tokenreview_throttled_total)
+// and names them in a failed review's message.
 package client

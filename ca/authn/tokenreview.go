@@ -44,7 +44,11 @@ const (
 
 // TokenReviewConfig configures NewTokenReview.
 type TokenReviewConfig struct {
-	// Client talks to the Kubernetes API server. Required.
+	// Client talks to the Kubernetes API server. Required. The API
+	// server's 429s (client-go retries them) are counted and named in a
+	// failed review's message when its transport reports them: the Auth
+	// client of ca/kube/client, or a rest.Config wrapped with its
+	// CountThrottled.
 	Client kubeclient.Interface
 	// Audiences are sent as spec.audiences; the review must return at
 	// least one of them. Default ["istio-ca"].

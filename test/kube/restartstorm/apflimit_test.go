@@ -137,7 +137,7 @@ func TestPastAPFLimitRetryableThenSigned(t *testing.T) {
 		(after.sum("apiserver_request_duration_seconds_bucket", served, `le="5"`) - before.sum("apiserver_request_duration_seconds_bucket", served, `le="5"`))
 	dispatched := after.sum("apiserver_flowcontrol_request_wait_duration_seconds_count", executed...) -
 		before.sum("apiserver_flowcontrol_request_wait_duration_seconds_count", executed...)
-	caErrors := gathered(t, reg, "meshid_ca_tokenreview_requests_total", "result", "error")
+	caErrors, _ := testkit.LookupMetric(t, reg, "meshid_ca_tokenreview_requests_total", "result", "error") // absent: no review failed
 	caThrottled := testkit.Metric(t, reg, "meshid_ca_tokenreview_throttled_total")
 	throttledMsgs, plainMsgs, throttledIn, odd := res.unavailableMessages()
 
@@ -498,28 +498,6 @@ func all[T any](s []T, f func(T) bool) bool {
 		}
 	}
 	return true
-}
-
-// gathered is the value of the counter name{label="value"} in reg.
-func gathered(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
 
 func httpStatus(ctx context.Context, url string) (int, error) {

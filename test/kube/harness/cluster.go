@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -438,21 +439,41 @@ func (c *Cluster) APIServerCPU() (time.Duration, error) { return c.apiserver.CPU
 // APIServerRequests sums the API server's own apiserver_request_total
 // samples for resource (all verbs and codes), read from its /metrics.
 func (c *Cluster) APIServerRequests(ctx context.Context, resource string) (float64, error) {
+	m, err := c.APIServerMetrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return m.Sum("apiserver_request_total", `resource="`+resource+`"`)
+}
+
+// APIMetrics is one read of the API server's /metrics, a sample a line.
+type APIMetrics []string
+
+// APIServerMetrics reads the API server's /metrics.
+func (c *Cluster) APIServerMetrics(ctx context.Context) (APIMetrics, error) {
 	raw, err := c.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("harness: /metrics: %w", err)
+		return nil, fmt.Errorf("harness: /metrics: %w", err)
 	}
-	want := `resource="` + resource + `"`
+	return strings.Split(string(raw), "\n"), nil
+}
+
+// Sum adds up the samples of metric whose labels include every one of
+// labels (each `name="value"`).
+func (m APIMetrics) Sum(metric string, labels ...string) (float64, error) {
 	sum := 0.0
-	for _, line := range strings.Split(string(raw), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, want) {
+	for _, line := range m {
+		rest, ok := strings.CutPrefix(line, metric)
+		if !ok || (!strings.HasPrefix(rest, "{") && !strings.HasPrefix(rest, " ")) {
 			continue
 		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			return 0, fmt.Errorf("harness: /metrics: %q: %w", line, err)
+		if !slices.ContainsFunc(labels, func(l string) bool { return !strings.Contains(rest, l) }) {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				return 0, fmt.Errorf("harness: /metrics: %q: %w", line, err)
+			}
+			sum += v
 		}
-		sum += v
 	}
 	return sum, nil
 }

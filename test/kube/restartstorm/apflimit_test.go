@@ -1,13 +1,11 @@
 package restartstorm_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
@@ -83,7 +81,7 @@ func TestPastAPFLimitRetryableThenSigned(t *testing.T) {
 	reqs := fleet(t, "apf-storm", throttledTokens)
 	throttleCALevel(t, ctx)
 
-	logs := &lockedBuffer{}
+	logs := testkit.NewLogRecorder()
 	reg := prometheus.NewRegistry()
 	// The CA assembly `meshid server` runs, configured as its flags
 	// configure it: --kubeconfig, --token-verification tokenreview,
@@ -98,45 +96,43 @@ func TestPastAPFLimitRetryableThenSigned(t *testing.T) {
 		DisableRootConfigMap: true,
 		MonitoringListen:     "127.0.0.1:0",
 		Registerer:           reg,
-		Logger:               slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:               logs.Logger(), // every level, debug included
 	})
 	client := caClient(t, srv)
 
-	before, err := scrapeAPIServer(ctx)
+	before, err := cluster.APIServerMetrics(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res := agentStorm(ctx, client, reqs)
-	after, err := scrapeAPIServer(ctx)
+	after, err := cluster.APIServerMetrics(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// delta is what the storm added to the API server's samples of metric.
+	delta := func(metric string, labels ...string) float64 {
+		return sum(t, after, metric, labels...) - sum(t, before, metric, labels...)
 	}
 
 	// What APF did to the CA's reviews during the storm.
 	ours := []string{`priority_level="` + caLevel + `"`}
-	rejected := after.sum("apiserver_flowcontrol_rejected_requests_total", ours...) -
-		before.sum("apiserver_flowcontrol_rejected_requests_total", ours...)
+	rejected := delta("apiserver_flowcontrol_rejected_requests_total", ours...)
 	var reasons []string
 	byReason := map[string]float64{}
 	for _, r := range []string{"queue-full", "time-out", "concurrency-limit", "cancelled"} {
 		l := append(slices.Clone(ours), `reason="`+r+`"`)
-		if d := after.sum("apiserver_flowcontrol_rejected_requests_total", l...) - before.sum("apiserver_flowcontrol_rejected_requests_total", l...); d > 0 {
+		if d := delta("apiserver_flowcontrol_rejected_requests_total", l...); d > 0 {
 			reasons = append(reasons, fmt.Sprintf("%s %v", r, d))
 			byReason[r] = d
 		}
 	}
-	tooMany := after.sum("apiserver_request_total", `resource="tokenreviews"`, `code="429"`) -
-		before.sum("apiserver_request_total", `resource="tokenreviews"`, `code="429"`)
-	reviews := after.sum("apiserver_request_total", `resource="tokenreviews"`) -
-		before.sum("apiserver_request_total", `resource="tokenreviews"`)
+	tooMany := delta("apiserver_request_total", `resource="tokenreviews"`, `code="429"`)
+	reviews := delta("apiserver_request_total", `resource="tokenreviews"`)
 	executed := append(slices.Clone(ours), `execute="true"`)
-	waited := after.sum("apiserver_flowcontrol_request_wait_duration_seconds_sum", executed...) -
-		before.sum("apiserver_flowcontrol_request_wait_duration_seconds_sum", executed...)
+	waited := delta("apiserver_flowcontrol_request_wait_duration_seconds_sum", executed...)
 	served := `resource="tokenreviews"`
-	late := after.sum("apiserver_request_duration_seconds_count", served) - before.sum("apiserver_request_duration_seconds_count", served) -
-		(after.sum("apiserver_request_duration_seconds_bucket", served, `le="5"`) - before.sum("apiserver_request_duration_seconds_bucket", served, `le="5"`))
-	dispatched := after.sum("apiserver_flowcontrol_request_wait_duration_seconds_count", executed...) -
-		before.sum("apiserver_flowcontrol_request_wait_duration_seconds_count", executed...)
+	late := delta("apiserver_request_duration_seconds_count", served) - delta("apiserver_request_duration_seconds_bucket", served, `le="5"`)
+	dispatched := delta("apiserver_flowcontrol_request_wait_duration_seconds_count", executed...)
 	caErrors, _ := testkit.LookupMetric(t, reg, "meshid_ca_tokenreview_requests_total", "result", "error") // absent: no review failed
 	caThrottled := testkit.Metric(t, reg, "meshid_ca_tokenreview_throttled_total")
 	throttledMsgs, plainMsgs, throttledIn, odd := res.unavailableMessages()
@@ -191,7 +187,7 @@ func TestPastAPFLimitRetryableThenSigned(t *testing.T) {
 		t.Errorf("the Unavailable messages count %d 429s, the CA counted %v", throttledIn, caThrottled)
 	}
 	// The CA's warning of each such review names the throttling too.
-	if n := strings.Count(logs.String(), "TokenReview call failed: the Kubernetes API server throttled it"); n != throttledMsgs {
+	if n := logs.Count("TokenReview call failed: the Kubernetes API server throttled it"); n != throttledMsgs {
 		t.Errorf("the CA logged %d failed reviews as throttled, the callers got %d such messages", n, throttledMsgs)
 	}
 	if float64(plainMsgs) > byReason["cancelled"]+late {
@@ -207,7 +203,7 @@ func TestPastAPFLimitRetryableThenSigned(t *testing.T) {
 	}
 	// Whatever it logged about the failed reviews holds no token: every
 	// JWT begins with the base64 of `{"`, "eyJ".
-	if l := logs.String(); strings.Contains(l, "eyJ") {
+	if l := logs.All(); strings.Contains(l, "eyJ") {
 		i := strings.Index(l, "eyJ")
 		t.Errorf("the CA logged a token: ...%s...", l[max(0, i-200):min(len(l), i+40)])
 	}
@@ -282,13 +278,17 @@ func waitForLevel(t *testing.T, ctx context.Context, what string, ok func(nomina
 	l := `priority_level="` + caLevel + `"`
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		m, err := scrapeAPIServer(ctx)
+		m, err := cluster.APIServerMetrics(ctx)
 		if err != nil {
 			return false, err
 		}
-		n := m.sum("apiserver_flowcontrol_nominal_limit_seats", l)
-		lo := m.sum("apiserver_flowcontrol_lower_limit_seats", l)
-		up := m.sum("apiserver_flowcontrol_upper_limit_seats", l)
+		var seats [3]float64
+		for i, name := range []string{"nominal", "lower", "upper"} {
+			if seats[i], err = m.Sum("apiserver_flowcontrol_"+name+"_limit_seats", l); err != nil {
+				return false, err
+			}
+		}
+		n, lo, up := seats[0], seats[1], seats[2]
 		last = fmt.Sprintf("nominal %v, lower %v, upper %v seats", n, lo, up)
 		return ok(n, lo, up), nil
 	})
@@ -461,43 +461,14 @@ func caClient(t *testing.T, s *caserver.Server) securityapi.IstioCertificateServ
 	return securityapi.NewIstioCertificateServiceClient(conn)
 }
 
-// apiMetrics is one read of the API server's /metrics.
-type apiMetrics []string
-
-func scrapeAPIServer(ctx context.Context) (apiMetrics, error) {
-	raw, err := cluster.Client().CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+// sum is m.Sum, failing the test on a sample it cannot read.
+func sum(t *testing.T, m harness.APIMetrics, metric string, labels ...string) float64 {
+	t.Helper()
+	v, err := m.Sum(metric, labels...)
 	if err != nil {
-		return nil, fmt.Errorf("/metrics: %w", err)
+		t.Fatal(err)
 	}
-	return strings.Split(string(raw), "\n"), nil
-}
-
-// sum adds up the samples of metric whose labels include every one of
-// labels (each `name="value"`).
-func (m apiMetrics) sum(metric string, labels ...string) float64 {
-	total := 0.0
-	for _, line := range m {
-		rest, ok := strings.CutPrefix(line, metric)
-		if !ok || (!strings.HasPrefix(rest, "{") && !strings.HasPrefix(rest, " ")) {
-			continue
-		}
-		if !all(labels, func(l string) bool { return strings.Contains(rest, l) }) {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
-			total += v
-		}
-	}
-	return total
-}
-
-func all[T any](s []T, f func(T) bool) bool {
-	for _, x := range s {
-		if !f(x) {
-			return false
-		}
-	}
-	return true
+	return v
 }
 
 func httpStatus(ctx context.Context, url string) (int, error) {
@@ -512,22 +483,4 @@ func httpStatus(ctx context.Context, url string) (int, error) {
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, nil
-}
-
-// lockedBuffer is a log destination safe for concurrent writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -2,8 +2,6 @@ package restartstorm_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -18,9 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	securityapi "istio.io/api/security/v1alpha1"
@@ -98,7 +94,7 @@ func TestPastAPFLimitRetryableThenSigned(t *testing.T) {
 		Registerer:           reg,
 		Logger:               logs.Logger(), // every level, debug included
 	})
-	client := caClient(t, srv)
+	client := dialCA(t, srv.Addr().String(), srv.Authority().Bundle().Roots)
 
 	before, err := cluster.APIServerMetrics(ctx)
 	if err != nil {
@@ -442,23 +438,6 @@ func agentSign(ctx context.Context, client securityapi.IstioCertificateServiceCl
 		}
 	}
 	return signOutcome{err: err}
-}
-
-// caClient is a CreateCertificate client of s, trusting its roots.
-func caClient(t *testing.T, s *caserver.Server) securityapi.IstioCertificateServiceClient {
-	t.Helper()
-	pool := x509.NewCertPool()
-	for _, r := range s.Authority().Bundle().Roots {
-		pool.AddCert(r)
-	}
-	conn, err := grpc.NewClient(s.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12,
-	})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return securityapi.NewIstioCertificateServiceClient(conn)
 }
 
 // sum is m.Sum, failing the test on a sample it cannot read.

@@ -87,8 +87,15 @@ func startCA(tb testing.TB) securityapi.IstioCertificateServiceClient {
 	}
 	authority := testkit.NewAuthority(tb, trustDomain, nil, nil)
 	addr, _ := testkit.ServeCA(tb, server.Config{Authority: authority, Authenticator: authn.NewChain(tr), Logger: quiet})
+	return dialCA(tb, addr, authority.Bundle().Roots)
+}
+
+// dialCA is a CreateCertificate client of the CA at addr, trusting roots
+// (the CA's serving certificate carries "localhost"), closed with the test.
+func dialCA(tb testing.TB, addr string, roots []*x509.Certificate) securityapi.IstioCertificateServiceClient {
+	tb.Helper()
 	pool := x509.NewCertPool()
-	for _, r := range authority.Bundle().Roots {
+	for _, r := range roots {
 		pool.AddCert(r)
 	}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{

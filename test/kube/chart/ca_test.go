@@ -1,7 +1,6 @@
 package chart_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -11,9 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,25 +22,14 @@ import (
 	"github.com/meshid/meshid/test/kube/harness"
 )
 
-var (
-	meshidOnce sync.Once
-	meshidBin  string
-	meshidErr  error
-)
-
 // meshidBinary builds cmd/meshid once for the package.
 func meshidBinary(t *testing.T) string {
 	t.Helper()
-	meshidOnce.Do(func() {
-		dir := filepath.Join(helmHome, "bin")
-		if meshidErr = os.MkdirAll(dir, 0o755); meshidErr == nil {
-			meshidBin, meshidErr = harness.BuildMeshid(dir)
-		}
-	})
-	if meshidErr != nil {
-		t.Fatal(meshidErr)
+	bin, err := harness.BuildMeshidOnce(filepath.Join(helmHome, "bin"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return meshidBin
+	return bin
 }
 
 // eventually polls cond every 100 ms until it returns nil, failing the
@@ -150,23 +136,7 @@ func runChartCA(t *testing.T, ns, deploymentName string) *chartCA {
 // metric reads one sample, name{labels} (labels as Prometheus prints
 // them, "" for none), from the CA's /metrics.
 func (c *chartCA) metric(name, labels string) (float64, error) {
-	resp, err := http.Get("http://" + c.monitor + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	want := name + " "
-	if labels != "" {
-		want = name + "{" + labels + "} "
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), want); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, fmt.Errorf("%s{%s} not exposed", name, labels)
+	return harness.ScrapeMetric(c.monitor, name, labels)
 }
 
 func (c *chartCA) readyz() (int, string, error) {

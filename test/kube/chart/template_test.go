@@ -120,12 +120,7 @@ func TestTemplateDefaults(t *testing.T) {
 // every server value, is a flag of the real `meshid server` (a renamed flag
 // would crash-loop every replica).
 func TestTemplateFlagsExist(t *testing.T) {
-	dir := t.TempDir()
-	bin, err := harness.BuildMeshid(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	help, err := exec.Command(bin, "server", "--help").CombinedOutput()
+	help, err := exec.Command(meshidBinary(t), "server", "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("meshid server --help: %v\n%s", err, help)
 	}

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -12,8 +11,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,20 +44,7 @@ const localVerificationDir = "15-local-verification.yaml"
 
 // metricValue reads one sample, name{labels}, of a /metrics page.
 func metricValue(monitor, name, labels string) (float64, error) {
-	resp, err := http.Get("http://" + monitor + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	want := name + "{" + labels + "} "
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), want); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, fmt.Errorf("%s{%s} not exposed", name, labels)
+	return harness.ScrapeMetric(monitor, name, labels)
 }
 
 // waitLocal waits until the CA verifies tokens locally.

@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-
-	"github.com/meshid/meshid/test/kube/harness"
 )
 
 // readyzGrace is the --apiserver-readiness-grace of these tests. The CA
@@ -56,7 +53,7 @@ func TestReadyzFollowsAPIServer(t *testing.T) {
 		stopAPIServer(t)
 		// The default token verification (auto): local verification
 		// cannot sync either.
-		srv := startCAUnready(t, cluster.AdminKubeconfig(), "--apiserver-readiness-grace", readyzGrace.String())
+		srv := launchCA(t, cluster.AdminKubeconfig(), "--apiserver-readiness-grace", readyzGrace.String())
 		eventually(t, time.Minute, "/readyz: not answered since the start", func(context.Context) error {
 			code, body, err := readyz(srv.monitor)
 			if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "not answered since the start") {
@@ -105,38 +102,6 @@ func TestReadyzFollowsAPIServer(t *testing.T) {
 		}
 		waitMetric(t, srv.monitor, "meshid_ca_kube_apiserver_reachable", 1)
 	})
-}
-
-// startCAUnready is startCA without the wait for /readyz: the CA starts
-// while it cannot be ready.
-func startCAUnready(t *testing.T, kubeconfig string, extra ...string) *caServer {
-	t.Helper()
-	addr, err := harness.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	monitor, err := harness.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	s := &caServer{addr: addr, monitor: monitor, stateDir: filepath.Join(dir, "state")}
-	args := append([]string{"server", "--listen", addr, "--monitoring-listen", monitor, "--state-dir", s.stateDir,
-		"--trust-domain", trustDomain.Name(), "--kubeconfig", kubeconfig, "--token-audiences", "istio-ca"}, extra...)
-	p, err := harness.StartProcess("meshid-server", meshid(t), filepath.Join(dir, "meshid-server.log"), nil, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Stop(20 * time.Second); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			t.Logf("meshid-server log:\n%s", p.Tail(8192))
-		}
-	})
-	s.proc = p
-	return s
 }
 
 // waitReadyz waits until /readyz answers code and returns its body.

@@ -153,7 +153,7 @@ var everyServerValue = []string{
 	"server.rateLimit=2.5", "server.kubeQPS=100", "server.kubeBurst=200", "server.publishRootConfigMap=false",
 	"server.rootConfigMapNamespaces=istio-injection=enabled", "server.trustedNodeAccounts={istio-system/ztunnel}",
 	"server.maxConnections=1000000", "server.maxConnectionsPerIP=64", "server.firstRequestTimeout=5s",
-	"server.servingTTL=12h", "server.jwtSVIDTTL=2m", "server.jwtKeyLifetime=6h", "server.servingDNSNames={ca.example.org}", "server.logLevel=debug", "server.logFormat=text",
+	"server.servingTTL=12h", "server.jwtSVIDTTL=2m", "server.apiserverReadinessGrace=45s", "server.jwtKeyLifetime=6h", "server.servingDNSNames={ca.example.org}", "server.logLevel=debug", "server.logFormat=text",
 }
 
 // TestTemplateKubeCASecretAndNodeMode: the Secret-held CA, a registry
@@ -170,7 +170,7 @@ func TestTemplateKubeCASecretAndNodeMode(t *testing.T) {
 	for _, arg := range []string{"--kube-ca-secret", "--trusted-node-accounts=istio-system/ztunnel", "--rate-limit=2.5",
 		"--max-connections=1000000", "--token-audiences=istio-ca,meshid", "--publish-root-configmap=false", "--cap-ttl-to-token",
 		"--serving-dns-names=prod-meshid.mesh-ca.svc,prod-meshid.mesh-ca.svc.cluster.local,ca.example.org",
-		"--root-configmap-namespaces=istio-injection=enabled", "--log-format=text"} {
+		"--root-configmap-namespaces=istio-injection=enabled", "--log-format=text", "--apiserver-readiness-grace=45s"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("args %q lack %s", c.Args, arg)
 		}

@@ -52,6 +52,7 @@ as integers (YAML numbers are floats, and 1e+06 is no --max-connections). */}}
   (list "token-audiences" $s.tokenAudiences)
   (list "tokenreview-issuers" $s.tokenreviewIssuers)
   (list "token-verification" $s.tokenVerification)
+  (list "apiserver-readiness-grace" $s.apiserverReadinessGrace)
   (list "jwt-issuer" $s.jwtIssuer)
   (list "max-token-lifetime" $s.maxTokenLifetime)
   (list "rate-limit" (ternary $s.rateLimit "" (and (not (kindIs "invalid" $s.rateLimit)) (ne (toString $s.rateLimit) "0"))))

@@ -29,6 +29,7 @@ import (
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/internal/buildinfo"
 	"github.com/meshid/meshid/internal/monitor"
+	"github.com/meshid/meshid/internal/reachability"
 )
 
 // Server is an assembled CA. With a plugged-in or self-signed root it is
@@ -48,6 +49,9 @@ type Server struct {
 	admin   *admin.Server        // nil without AdminSocket
 	jwtKeys jwtissuer.KeySource  // the JWT-SVID signing keys
 	jwtKube *jwtsecret.Store     // nil without a cluster; the jwtKeys shared by the replicas
+	// apiserver tracks whether the local API server answers; nil without
+	// a cluster or with APIServerGrace negative.
+	apiserver *reachability.Tracker
 
 	mu        sync.Mutex
 	authority *ca.Authority
@@ -78,6 +82,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if s.secrets, err = s.remoteSecrets(); err != nil {
+		return nil, err
+	}
+	if s.apiserver, err = s.apiServerTracker(); err != nil {
 		return nil, err
 	}
 	if cfg.MonitoringListen != "" {
@@ -408,8 +415,12 @@ func (s *Server) MonitoringAddr() net.Addr {
 }
 
 // Ready is the CA's readiness (/readyz): nil once it serves, and, in a
-// cluster, once the Kubernetes controller is ready.
+// cluster, once the Kubernetes controller is ready and the CA can
+// authenticate the cluster's callers (authReady).
 func (s *Server) Ready() error {
+	if err := s.authReady(); err != nil {
+		return err
+	}
 	if s.kube != nil {
 		if err := s.kube.ready(); err != nil {
 			return err
@@ -442,6 +453,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.monitor != nil {
 		g.Go(func() error { return s.monitor.Run(ctx) })
+	}
+	if s.apiserver != nil {
+		g.Go(func() error { return s.apiserver.Run(ctx) })
 	}
 	if s.kube != nil {
 		g.Go(func() error { return s.kube.run(ctx) })

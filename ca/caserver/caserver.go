@@ -27,6 +27,7 @@ import (
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/internal/buildinfo"
 	"github.com/meshid/meshid/internal/monitor"
 	"github.com/meshid/meshid/internal/reachability"
@@ -52,6 +53,8 @@ type Server struct {
 	// apiserver tracks whether the local API server answers; nil without
 	// a cluster or with APIServerGrace negative.
 	apiserver *reachability.Tracker
+	// upstream renews the intermediate; nil unless Config.Upstream.
+	upstream *upstream.Renewer
 
 	mu        sync.Mutex
 	authority *ca.Authority
@@ -130,6 +133,7 @@ func New(cfg Config) (*Server, error) {
 		s.rotation, err = s.newRotation(context.Background(), b, next)
 	}
 	if err == nil {
+		s.startUpstream(b)
 		s.caDir, err = s.caDirWatcher()
 	}
 	if err == nil && s.kc != nil && !cfg.DisableRootConfigMap {
@@ -150,6 +154,9 @@ func (s *Server) loadBundle() (*keystore.Bundle, error) {
 	cfg := s.cfg
 	if cfg.Bundle != nil {
 		return cfg.Bundle, nil
+	}
+	if cfg.Upstream.URL != nil {
+		return s.upstreamBundle()
 	}
 	if cfg.CAKey != nil {
 		k, err := pkcs11.New(pkcs11.Config{URI: cfg.CAKey})
@@ -471,6 +478,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.caDir != nil {
 		g.Go(func() error { return s.caDir.Run(ctx) })
+	}
+	if s.upstream != nil {
+		g.Go(func() error { return s.upstream.Run(ctx) })
 	}
 	if s.admin != nil {
 		g.Go(func() error { return s.admin.Run(ctx) })

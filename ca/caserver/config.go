@@ -80,6 +80,10 @@ type Config struct {
 	// this is left of the current one; 0 takes ca/rotation's default (1
 	// year), negative turns it off. Only for the self-signed root.
 	RootRotationThreshold time.Duration
+	// Upstream, when its URL is set, has the organisation's CA mint and
+	// renew the CA's intermediate (ca/upstream); not with Bundle, CADir,
+	// KubeCASecret or CAKey.
+	Upstream UpstreamConfig
 	// AdminSocket, when set, is the Unix socket (mode 0600) of the local
 	// admin API (`meshid certs activate`, `rotate-root`, `inspect --ca`).
 	AdminSocket string
@@ -255,6 +259,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.RootRotationThreshold >= keystore.DefaultRootTTL {
 		// Every new root would be due at once: rotations without end.
 		return cfg, fmt.Errorf("caserver: root rotation threshold %v is not shorter than the root's lifetime %v", cfg.RootRotationThreshold, keystore.DefaultRootTTL)
+	}
+	if err := cfg.checkUpstream(); err != nil {
+		return cfg, err
 	}
 	if cfg.RateLimit < 0 || cfg.RateBurst < 0 {
 		return cfg, errors.New("caserver: negative rate limit")

@@ -58,6 +58,9 @@ func (s *Server) newRotation(ctx context.Context, b, next *keystore.Bundle) (*ro
 		t.stateDir = cfg.StateDir
 		rcfg.NewRoot = s.newRoot
 	}
+	if cfg.Upstream.URL != nil {
+		t.stateDir = cfg.StateDir // root-cert.pem: the upstream's roots
+	}
 	if kubeState != nil {
 		rcfg.Store = kubeState
 	}
@@ -168,7 +171,7 @@ func (f rotationFile) read() ([]byte, error) {
 // whose key lives in the process (a module key is not rotated here).
 func (s *Server) selfSigned() bool {
 	cfg := s.cfg
-	return cfg.Bundle == nil && cfg.CADir == "" && !cfg.KubeCASecret && cfg.CAKey == nil
+	return cfg.Bundle == nil && cfg.CADir == "" && !cfg.KubeCASecret && cfg.CAKey == nil && cfg.Upstream.URL == nil
 }
 
 // newRoot makes a new self-signed root and keeps it in <state-dir>/next

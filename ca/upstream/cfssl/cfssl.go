@@ -1,0 +1,228 @@
+package cfssl
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/cloudflare/cfssl/api/client"
+	"github.com/cloudflare/cfssl/auth"
+
+	"github.com/meshid/meshid/ca/upstream"
+	"github.com/meshid/meshid/certs"
+)
+
+// Scheme is the --upstream scheme of this backend.
+const Scheme = "cfssl+https"
+
+// Limits.
+const (
+	// MinKeyBytes is the shortest HMAC key accepted (cfssl's own
+	// examples use 16 bytes).
+	MinKeyBytes = 16
+	// MaxPEMFile bounds the ca= and roots= files.
+	MaxPEMFile = 64 << 10
+	// MaxCerts bounds the certificates of an answer or a file.
+	MaxCerts = 16
+	// DefaultTimeout bounds one request to cfssl.
+	DefaultTimeout = 30 * time.Second
+)
+
+// Config configures a Client.
+type Config struct {
+	// URL is the parsed --upstream: scheme cfssl+https; options profile
+	// (required: a CA profile of cfssl's signing config, with an
+	// auth_key), ca (PEM roots that verify cfssl's TLS certificate;
+	// default the system's) and roots (PEM roots of the upstream, needed
+	// only when cfssl's own CA certificate is not self-signed).
+	URL *upstream.URL
+	// CredentialsFile holds the profile's HMAC key in hex
+	// (upstream.ReadHexKey's rules). Required.
+	CredentialsFile string
+	// Timeout bounds one request; 0 is DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Client is the cfssl upstream.
+type Client struct {
+	remote  client.Remote
+	auth    auth.Provider
+	profile string
+	roots   []*x509.Certificate // from roots=, nil to use cfssl's own certificate
+}
+
+// New checks cfg, reads its files and returns a Client. It does not
+// contact cfssl.
+func New(cfg Config) (*Client, error) {
+	u := cfg.URL
+	if u == nil || u.Scheme != Scheme {
+		return nil, fmt.Errorf("cfssl: want a %s:// URL", Scheme)
+	}
+	for k := range u.Query {
+		switch k {
+		case "profile", "ca", "roots":
+		default:
+			return nil, fmt.Errorf("cfssl: unknown option %q (want profile, ca, roots)", k)
+		}
+	}
+	c := &Client{profile: u.Query.Get("profile")}
+	if c.profile == "" {
+		return nil, errors.New("cfssl: the profile option is required (a CA profile of cfssl's signing config)")
+	}
+	if cfg.CredentialsFile == "" {
+		return nil, errors.New("cfssl: --upstream-credentials is required (the profile's auth key in hex)")
+	}
+	key, err := upstream.ReadHexKey(cfg.CredentialsFile, MinKeyBytes)
+	if err != nil {
+		return nil, err
+	}
+	// auth.New takes the key in hex; a hex string never holds the "file:"
+	// or "env:" prefixes it would otherwise follow.
+	if c.auth, err = auth.New(fmt.Sprintf("%x", key), nil); err != nil {
+		return nil, fmt.Errorf("cfssl: auth key: %w", err)
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if p := u.Query.Get("ca"); p != "" {
+		cas, err := readPEMCerts(p)
+		if err != nil {
+			return nil, fmt.Errorf("cfssl: ca=%s: %w", p, err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		for _, c := range cas {
+			tc.RootCAs.AddCert(c)
+		}
+	}
+	if p := u.Query.Get("roots"); p != "" {
+		if c.roots, err = readPEMCerts(p); err != nil {
+			return nil, fmt.Errorf("cfssl: roots=%s: %w", p, err)
+		}
+	}
+	c.remote = client.NewServerTLS("https://"+u.Host, tc)
+	if c.remote == nil {
+		return nil, fmt.Errorf("cfssl: bad address %q", u.Host)
+	}
+	c.remote.SetRequestTimeout(cmpOr(cfg.Timeout, DefaultTimeout))
+	return c, nil
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// MintX509CA has cfssl sign csr with the profile. cfssl's profile expiry
+// sets the lifetime: ttl is not sent (cfssl's API has no field for it).
+// The roots are cfssl's CA certificate (its info endpoint) when it is
+// self-signed, else the roots= file, with cfssl's certificate in the chain.
+func (c *Client) MintX509CA(ctx context.Context, csr []byte, _ time.Duration) (*upstream.Minted, error) {
+	req, err := json.Marshal(map[string]string{
+		"certificate_request": string(certs.EncodeCSR(csr)),
+		"profile":             c.profile,
+	})
+	if err != nil {
+		return nil, err
+	}
+	signed, err := call(ctx, func() ([]byte, error) { return c.remote.AuthSign(req, nil, c.auth) })
+	if err != nil {
+		return nil, fmt.Errorf("cfssl authsign (profile %q): %w", c.profile, err)
+	}
+	chain, err := parseCerts(signed)
+	if err != nil {
+		return nil, fmt.Errorf("cfssl authsign: %w", err)
+	}
+	infoReq, _ := json.Marshal(map[string]string{"profile": c.profile})
+	issuerPEM, err := call(ctx, func() ([]byte, error) {
+		r, err := c.remote.Info(infoReq)
+		if err != nil {
+			return nil, err
+		}
+		return []byte(r.Certificate), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cfssl info (profile %q): %w", c.profile, err)
+	}
+	issuer, err := parseCerts(issuerPEM)
+	if err != nil {
+		return nil, fmt.Errorf("cfssl info: %w", err)
+	}
+	m := &upstream.Minted{Chain: chain[:1], Roots: c.roots}
+	for _, is := range issuer {
+		if selfSigned(is) {
+			if c.roots == nil {
+				m.Roots = append(m.Roots, is)
+			}
+			continue
+		}
+		m.Chain = append(m.Chain, is)
+	}
+	if len(m.Roots) == 0 {
+		return nil, errors.New("cfssl: cfssl's CA certificate is not self-signed: give its roots with the roots= option")
+	}
+	return m, nil
+}
+
+// call runs f, a blocking cfssl client call bounded by its own timeout,
+// until ctx ends; a panic of the client on a malformed answer (it asserts
+// JSON types) is an error.
+func call(ctx context.Context, f func() ([]byte, error)) ([]byte, error) {
+	type result struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				ch <- result{err: fmt.Errorf("malformed answer: %v", p)}
+			}
+		}()
+		b, err := f()
+		ch <- result{b, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.b, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func parseCerts(data []byte) ([]*x509.Certificate, error) {
+	if len(data) > MaxPEMFile {
+		return nil, fmt.Errorf("answer of %d bytes, more than %d", len(data), MaxPEMFile)
+	}
+	cs, err := certs.ParseCertificates(data)
+	if err != nil {
+		return nil, err
+	}
+	if len(cs) == 0 || len(cs) > MaxCerts {
+		return nil, fmt.Errorf("%d certificates, want 1 to %d", len(cs), MaxCerts)
+	}
+	return cs, nil
+}
+
+func readPEMCerts(path string) ([]*x509.Certificate, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxPEMFile+1))
+	if err != nil {
+		return nil, err
+	}
+	return parseCerts(data)
+}
+
+func selfSigned(c *x509.Certificate) bool {
+	return bytes.Equal(c.RawIssuer, c.RawSubject) && c.CheckSignatureFrom(c) == nil
+}

@@ -1,0 +1,7 @@
+// Package upstream lets the organisation's CA (an "upstream", as SPIRE's
+// UpstreamAuthority) mint and renew the meshid CA's intermediate: the
+// Authority interface a backend implements (ca/upstream/cfssl), the
+// parsing of --upstream URLs and of the credentials file, the checks of an
+// upstream's answer, and the Renewer that mints at start, renews at a
+// point of the intermediate's life and offers each new CA to ca/rotation.
+package upstream

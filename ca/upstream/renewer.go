@@ -1,0 +1,284 @@
+package upstream
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
+)
+
+// Defaults of a RenewerConfig.
+const (
+	// DefaultLifetime is the intermediate lifetime meshid asks for (the
+	// upstream may give another: cfssl's profile expiry decides).
+	DefaultLifetime = 7 * 24 * time.Hour
+	// DefaultRenewAt renews at half the intermediate's life.
+	DefaultRenewAt = 0.5
+	// DefaultMintTimeout bounds one mint.
+	DefaultMintTimeout = 30 * time.Second
+	// DefaultRetryMin and DefaultRetryMax bound the backoff between failed
+	// mints (doubled at each failure, with ±20% jitter).
+	DefaultRetryMin = 5 * time.Second
+	DefaultRetryMax = 5 * time.Minute
+)
+
+// Target takes each new CA: *rotation.Rotation, never the authority.
+type Target interface {
+	SetBundle(*keystore.Bundle) error
+}
+
+// RenewerConfig configures a Renewer.
+type RenewerConfig struct {
+	// Upstream mints. Required.
+	Upstream Authority
+	// Name says which upstream in logs (the URL, no secret).
+	Name string
+	// TrustDomain is the intermediate's SPIFFE ID (spiffe://TD). Required.
+	TrustDomain spiffeid.TrustDomain
+	// KeyType of each new intermediate key; "" is certs.ECP256.
+	KeyType certs.KeyType
+	// Lifetime asked for; 0 is DefaultLifetime.
+	Lifetime time.Duration
+	// RenewAt is the fraction of the intermediate's life at which it is
+	// renewed, in (0,1); 0 is DefaultRenewAt.
+	RenewAt float64
+	// MintTimeout bounds one mint; 0 is DefaultMintTimeout.
+	MintTimeout time.Duration
+	// Save keeps an accepted CA (the state directory) so that a restart
+	// does not mint again; nil keeps nothing. An error is logged.
+	Save func(*keystore.Bundle) error
+
+	Clock      clock.Clock           // nil is the real clock
+	Logger     *slog.Logger          // nil discards logs
+	Registerer prometheus.Registerer // nil registers no metrics
+}
+
+// Renewer keeps the CA's intermediate minted by the upstream.
+type Renewer struct {
+	cfg RenewerConfig
+	log *slog.Logger
+
+	mu          sync.Mutex
+	current     *keystore.Bundle // the newest intermediate accepted
+	target      Target
+	failures    int
+	lastFailure time.Time
+	mints       *prometheus.CounterVec
+}
+
+// NewRenewer validates cfg and applies its defaults.
+func NewRenewer(cfg RenewerConfig) (*Renewer, error) {
+	if cfg.Upstream == nil {
+		return nil, errors.New("upstream: RenewerConfig.Upstream is required")
+	}
+	if cfg.TrustDomain.IsZero() {
+		return nil, errors.New("upstream: RenewerConfig.TrustDomain is required")
+	}
+	if cfg.Lifetime < 0 || cfg.RenewAt < 0 || cfg.RenewAt >= 1 || cfg.MintTimeout < 0 {
+		return nil, fmt.Errorf("upstream: lifetime %v must not be negative and the renewal point %v must be within (0,1)", cfg.Lifetime, cfg.RenewAt)
+	}
+	if cfg.Lifetime == 0 {
+		cfg.Lifetime = DefaultLifetime
+	}
+	if cfg.RenewAt == 0 {
+		cfg.RenewAt = DefaultRenewAt
+	}
+	if cfg.MintTimeout == 0 {
+		cfg.MintTimeout = DefaultMintTimeout
+	}
+	if cfg.KeyType == "" {
+		cfg.KeyType = certs.ECP256
+	}
+	cfg.Clock = clock.OrReal(cfg.Clock)
+	cfg.Logger = logs.OrDiscard(cfg.Logger)
+	r := &Renewer{
+		cfg: cfg,
+		log: cfg.Logger.With("component", "ca-upstream", "upstream", cfg.Name),
+		mints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshid_ca_upstream_mints_total",
+			Help: "Intermediates asked of the upstream CA, by result (ok, failed, refused).",
+		}, []string{"result"}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{r.mints, r.gauges()} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("upstream: metrics: %w", err)
+			}
+		}
+	}
+	return r, nil
+}
+
+// minLife is the shortest lifetime an answer may have: the renewal
+// period of the lifetime asked for.
+func (r *Renewer) minLife() time.Duration {
+	return time.Duration(r.cfg.RenewAt * float64(r.cfg.Lifetime))
+}
+
+// Mint asks the upstream for a new intermediate with a new key and returns
+// it as a CA bundle once Check accepts it. It changes nothing.
+func (r *Renewer) Mint(ctx context.Context) (*keystore.Bundle, error) {
+	key, err := certs.GenerateKey(r.cfg.KeyType)
+	if err != nil {
+		return nil, err
+	}
+	id := spiffeid.RequireFromPath(r.cfg.TrustDomain, "")
+	u, _ := url.Parse(id.String())
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: "meshid intermediate CA", Organization: []string{r.cfg.TrustDomain.Name()}},
+		URIs:    []*url.URL{u},
+	}, key)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: CSR: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.MintTimeout)
+	defer cancel()
+	m, err := r.cfg.Upstream.MintX509CA(ctx, csr, r.cfg.Lifetime)
+	if err != nil {
+		r.mints.WithLabelValues("failed").Inc()
+		return nil, err
+	}
+	if err := Check(m, key.Public(), r.cfg.Clock.Now(), r.minLife()); err != nil {
+		r.mints.WithLabelValues("refused").Inc()
+		return nil, err
+	}
+	r.mints.WithLabelValues("ok").Inc()
+	return &keystore.Bundle{Cert: m.Chain[0], Key: key, Intermediates: m.Chain[1:], Roots: m.Roots}, nil
+}
+
+// Start sets the CA in use when the CA starts (loaded from the state
+// directory, or just minted) and the Target of the next ones.
+func (r *Renewer) Start(current *keystore.Bundle, t Target) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.current, r.target = current, t
+}
+
+// Current is the newest intermediate accepted.
+func (r *Renewer) Current() *keystore.Bundle {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.current
+}
+
+// RenewAt is when b is due for renewal.
+func (r *Renewer) RenewAt(b *keystore.Bundle) time.Time {
+	return certs.RenewAt(b.Cert.NotBefore, b.Cert.NotAfter, r.cfg.RenewAt, 0)
+}
+
+// Run renews the intermediate at its renewal point until ctx ends. A mint
+// that fails or is refused leaves the current intermediate signing and is
+// retried with backoff; Start must have been called.
+func (r *Renewer) Run(ctx context.Context) error {
+	clock.Loop(ctx, r.cfg.Clock, r.untilRenewal(), nil, r.step)
+	return nil
+}
+
+func (r *Renewer) untilRenewal() time.Duration {
+	return r.RenewAt(r.Current()).Sub(r.cfg.Clock.Now())
+}
+
+// step renews once, and returns the time to the next attempt.
+func (r *Renewer) step(ctx context.Context) time.Duration {
+	if err := r.renew(ctx); err != nil {
+		if ctx.Err() != nil {
+			return time.Hour
+		}
+		return r.failed(err)
+	}
+	return r.untilRenewal()
+}
+
+func (r *Renewer) renew(ctx context.Context) error {
+	b, err := r.Mint(ctx)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	t := r.target
+	r.mu.Unlock()
+	if err := t.SetBundle(b); err != nil {
+		return fmt.Errorf("upstream: the rotation refused the new intermediate: %w", err)
+	}
+	if r.cfg.Save != nil {
+		if err := r.cfg.Save(b); err != nil {
+			r.log.Error("the new intermediate signs but could not be saved: a restart will mint again", "error", err)
+		}
+	}
+	r.mu.Lock()
+	r.current, r.failures = b, 0
+	r.mu.Unlock()
+	r.log.Info("new intermediate minted by the upstream and offered to the rotation",
+		"subject", b.Cert.Subject.String(), "serial", b.Cert.SerialNumber.Text(16),
+		"not_after", b.Cert.NotAfter, "renew_at", r.RenewAt(b))
+	return nil
+}
+
+// failed records a failed renewal and returns the backoff before the next.
+func (r *Renewer) failed(err error) time.Duration {
+	r.mu.Lock()
+	r.failures++
+	r.lastFailure = r.cfg.Clock.Now()
+	n, cur := r.failures, r.current
+	r.mu.Unlock()
+	d := DefaultRetryMin << min(n-1, 16)
+	d = min(d, DefaultRetryMax)
+	d = time.Duration(float64(d) * (0.8 + 0.4*mrand.Float64()))
+	r.log.Error("the upstream CA did not renew the intermediate; the current one keeps signing",
+		"error", err, "attempt", n, "retry_in", d.Round(time.Second),
+		"intermediate_not_after", cur.Cert.NotAfter, "remaining", cur.Cert.NotAfter.Sub(r.cfg.Clock.Now()).Round(time.Second))
+	return d
+}
+
+// gauges exports the intermediate's remaining life and the last failure.
+func (r *Renewer) gauges() prometheus.Collector {
+	return &gaugeSet{r: r}
+}
+
+type gaugeSet struct{ r *Renewer }
+
+var (
+	remainingDesc = prometheus.NewDesc("meshid_ca_upstream_intermediate_remaining_seconds",
+		"Seconds left of the intermediate the upstream CA minted last.", nil, nil)
+	failureDesc = prometheus.NewDesc("meshid_ca_upstream_last_mint_failure_timestamp_seconds",
+		"When the last mint failed or was refused (0: none since the start).", nil, nil)
+	failuresDesc = prometheus.NewDesc("meshid_ca_upstream_consecutive_failures",
+		"Failed or refused mints since the last one accepted.", nil, nil)
+)
+
+func (g *gaugeSet) Describe(ch chan<- *prometheus.Desc) {
+	ch <- remainingDesc
+	ch <- failureDesc
+	ch <- failuresDesc
+}
+
+func (g *gaugeSet) Collect(ch chan<- prometheus.Metric) {
+	r := g.r
+	r.mu.Lock()
+	cur, last, n := r.current, r.lastFailure, r.failures
+	r.mu.Unlock()
+	if cur != nil {
+		ch <- prometheus.MustNewConstMetric(remainingDesc, prometheus.GaugeValue, cur.Cert.NotAfter.Sub(r.cfg.Clock.Now()).Seconds())
+	}
+	ts := 0.0
+	if !last.IsZero() {
+		ts = float64(last.Unix())
+	}
+	ch <- prometheus.MustNewConstMetric(failureDesc, prometheus.GaugeValue, ts)
+	ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.GaugeValue, float64(n))
+}

@@ -54,7 +54,8 @@ type Server struct {
 	// a cluster or with APIServerGrace negative.
 	apiserver *reachability.Tracker
 	// upstream renews the intermediate; nil unless Config.Upstream.
-	upstream *upstream.Renewer
+	upstream       *upstream.Renewer
+	upstreamMinted time.Time // when New minted the intermediate; zero if loaded
 
 	mu        sync.Mutex
 	authority *ca.Authority

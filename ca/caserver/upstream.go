@@ -82,7 +82,7 @@ func (s *Server) upstreamBundle() (*keystore.Bundle, error) {
 	switch {
 	case err == nil:
 		s.log.Info("intermediate of the upstream CA loaded from the state directory",
-			"dir", dir, "not_after", b.Cert.NotAfter, "renew_at", s.upstream.RenewAt(b))
+			"dir", dir, "not_after", b.Cert.NotAfter, "renew_at", s.upstream.RenewAt(b, time.Time{}))
 	case errors.Is(err, fs.ErrNotExist):
 	default:
 		s.log.Warn("the saved intermediate is not valid: minting a new one", "dir", dir, "error", err)
@@ -94,8 +94,9 @@ func (s *Server) upstreamBundle() (*keystore.Bundle, error) {
 		if err := saveUpstream(dir, b); err != nil {
 			return nil, err
 		}
+		s.upstreamMinted = cfg.Clock.Now()
 		s.log.Info("intermediate minted by the upstream CA", "subject", b.Cert.Subject.String(),
-			"serial", b.Cert.SerialNumber.Text(16), "not_after", b.Cert.NotAfter, "renew_at", s.upstream.RenewAt(b))
+			"serial", b.Cert.SerialNumber.Text(16), "not_after", b.Cert.NotAfter, "renew_at", s.upstream.RenewAt(b, s.upstreamMinted))
 	}
 	// The trust bundle is the upstream's roots; the rotation keeps the
 	// file in step from now on.
@@ -109,7 +110,7 @@ func (s *Server) upstreamBundle() (*keystore.Bundle, error) {
 // takes the next ones; Run then renews.
 func (s *Server) startUpstream(b *keystore.Bundle) {
 	if s.upstream != nil {
-		s.upstream.Start(b, s.rotation)
+		s.upstream.Start(b, s.upstreamMinted, s.rotation)
 	}
 }
 

@@ -75,6 +75,7 @@ type Renewer struct {
 
 	mu          sync.Mutex
 	current     *keystore.Bundle // the newest intermediate accepted
+	since       time.Time        // when current was accepted; zero if unknown
 	target      Target
 	failures    int
 	lastFailure time.Time
@@ -161,12 +162,12 @@ func (r *Renewer) Mint(ctx context.Context) (*keystore.Bundle, error) {
 	return &keystore.Bundle{Cert: m.Chain[0], Key: key, Intermediates: m.Chain[1:], Roots: m.Roots}, nil
 }
 
-// Start sets the CA in use when the CA starts (loaded from the state
-// directory, or just minted) and the Target of the next ones.
-func (r *Renewer) Start(current *keystore.Bundle, t Target) {
+// Start sets the CA in use when the CA starts and the Target of the next
+// ones; minted is when current was minted (zero when it was loaded).
+func (r *Renewer) Start(current *keystore.Bundle, minted time.Time, t Target) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.current, r.target = current, t
+	r.current, r.since, r.target = current, minted, t
 }
 
 // Current is the newest intermediate accepted.
@@ -176,9 +177,16 @@ func (r *Renewer) Current() *keystore.Bundle {
 	return r.current
 }
 
-// RenewAt is when b is due for renewal.
-func (r *Renewer) RenewAt(b *keystore.Bundle) time.Time {
-	return certs.RenewAt(b.Cert.NotBefore, b.Cert.NotAfter, r.cfg.RenewAt, 0)
+// RenewAt is when b, accepted at since (zero: unknown), is due for
+// renewal: at the RenewAt fraction of its life, counted from the later of
+// its NotBefore and since, so that an upstream whose clock lags (or that
+// backdates far) cannot make a new intermediate due at once.
+func (r *Renewer) RenewAt(b *keystore.Bundle, since time.Time) time.Time {
+	from := b.Cert.NotBefore
+	if since.After(from) {
+		from = since
+	}
+	return certs.RenewAt(from, b.Cert.NotAfter, r.cfg.RenewAt, 0)
 }
 
 // Run renews the intermediate at its renewal point until ctx ends. A mint
@@ -190,7 +198,10 @@ func (r *Renewer) Run(ctx context.Context) error {
 }
 
 func (r *Renewer) untilRenewal() time.Duration {
-	return r.RenewAt(r.Current()).Sub(r.cfg.Clock.Now())
+	r.mu.Lock()
+	b, since := r.current, r.since
+	r.mu.Unlock()
+	return r.RenewAt(b, since).Sub(r.cfg.Clock.Now())
 }
 
 // step renews once, and returns the time to the next attempt.
@@ -220,12 +231,13 @@ func (r *Renewer) renew(ctx context.Context) error {
 			r.log.Error("the new intermediate signs but could not be saved: a restart will mint again", "error", err)
 		}
 	}
+	now := r.cfg.Clock.Now()
 	r.mu.Lock()
-	r.current, r.failures = b, 0
+	r.current, r.since, r.failures = b, now, 0
 	r.mu.Unlock()
 	r.log.Info("new intermediate minted by the upstream and offered to the rotation",
 		"subject", b.Cert.Subject.String(), "serial", b.Cert.SerialNumber.Text(16),
-		"not_after", b.Cert.NotAfter, "renew_at", r.RenewAt(b))
+		"not_after", b.Cert.NotAfter, "renew_at", r.RenewAt(b, now))
 	return nil
 }
 

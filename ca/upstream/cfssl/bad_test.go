@@ -98,9 +98,11 @@ func TestBadAnswersRefused(t *testing.T) {
 			return issue(t, testkit.Key(t, certs.ECP256).Public(), true, root, rootKey, 2*time.Hour)
 		}, "not for the key"},
 		"chain not verifying": {func(t *testing.T, pub crypto.PublicKey) any { return issue(t, pub, true, other, otherKey, 2*time.Hour) }, "does not verify"},
-		"too short":           {func(t *testing.T, pub crypto.PublicKey) any { return issue(t, pub, true, root, rootKey, 10*time.Minute) }, "renewal period"},
-		"malformed":           {func(*testing.T, crypto.PublicKey) any { return 42 }, "cfssl authsign"},
-		"not PEM":             {func(*testing.T, crypto.PublicKey) any { return "garbage" }, "cfssl authsign"},
+		"too short": {func(t *testing.T, pub crypto.PublicKey) any {
+			return issue(t, pub, true, root, rootKey, 10*time.Minute)
+		}, "renewal period"},
+		"malformed": {func(*testing.T, crypto.PublicKey) any { return 42 }, "cfssl authsign"},
+		"not PEM":   {func(*testing.T, crypto.PublicKey) any { return "garbage" }, "cfssl authsign"},
 	}
 	keyFile := filepath.Join(t.TempDir(), "key")
 	if err := os.WriteFile(keyFile, []byte(strings.Repeat("0f", 16)), 0o600); err != nil {

@@ -69,6 +69,7 @@ type serverFlags struct {
 	trustedNodeAccounts string
 	cluster             clusterFlags
 	rotation            rotationFlags
+	upstream            upstreamFlags
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
@@ -95,6 +96,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	f.registerHardening(fs)
 	f.cluster.register(fs)
 	f.rotation.register(fs)
+	f.upstream.register(fs)
 }
 
 // registerHardening adds the flags of the limits in SECURITY.md, the CA key
@@ -190,6 +192,9 @@ func (f *serverFlags) applyParsed(cfg *caserver.Config) (err error) {
 		return fmt.Errorf("--trusted-node-accounts: %w", err)
 	}
 	if err := f.cluster.apply(cfg); err != nil {
+		return err
+	}
+	if err := f.upstream.apply(cfg); err != nil {
 		return err
 	}
 	if cfg.CAKey, err = pkcs11.ParseOptionalURI(f.caKey); err != nil {

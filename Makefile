@@ -6,7 +6,7 @@ AGENTBIN := bin/meshid-agent
 STATE    ?= ./.meshid-dev
 PKGS     := ./...
 
-.PHONY: all build run test test-unit test-kube test-image test-observability kube-binaries helm-binary bench fuzz soak mutate lint fmt clean softhsm image image-context
+.PHONY: all build run test test-unit test-kube test-image test-observability kube-binaries helm-binary cfssl-binary bench fuzz soak mutate lint fmt clean softhsm image image-context
 
 all: build
 
@@ -32,8 +32,9 @@ run: build
 ## without Docker, run `make test-unit`).
 test: lint test-unit test-observability test-kube test-image
 
-## test-unit: the main module's unit, integration and end-to-end tests.
-test-unit:
+## test-unit: the main module's unit, integration and end-to-end tests
+## (the upstream-CA tests serve the real cfssl: cfssl-binary).
+test-unit: cfssl-binary
 	$(GO) test -count=1 $(PKGS)
 
 ## softhsm: install SoftHSM2 (Debian package softhsm2), the PKCS#11 module
@@ -109,6 +110,13 @@ test-observability:
 ## kube-binaries: build kube-apiserver (and etcd) once into ~/.cache/meshid/kube-bin (shared by every clone).
 kube-binaries:
 	bash test/kube/hack/build-binaries.sh
+
+## cfssl-binary: build the real cfssl (github.com/cloudflare/cfssl/cmd/cfssl at
+## the version go.mod pins) once into ~/.cache/meshid/cfssl-bin, stamp-checked
+## and flock-protected like kube-binaries; the ca/upstream tests run it as
+## `cfssl serve` (and build it themselves if it is missing).
+cfssl-binary:
+	bash scripts/build-cfssl.sh >/dev/null
 
 ## helm-binary: build the Helm CLI (helm.sh/helm/v4, pinned in
 ## test/kube/tools/helm/go.mod) once into the same cache, for the chart tests

@@ -171,6 +171,11 @@ func TestUpstreamCFSSL(t *testing.T) {
 		return !w.s.Authority().Bundle().Cert.Equal(first.Cert)
 	})
 	second := w.s.Authority().Bundle()
+	// Through the rotation (same root: switched at once), never to the
+	// authority directly.
+	if n := testkit.Metric(t, w.reg, "meshid_ca_rotation_steps_total", "step", "switched"); n != 1 {
+		t.Fatalf("rotation switched %v times, want 1", n)
+	}
 	if certs.KeyMatches(first.Cert.PublicKey, second.Key) || !second.Roots[0].Equal(w.up.Root) || len(second.Roots) != 1 {
 		t.Fatal("the renewed intermediate kept the key, or the bundle changed")
 	}

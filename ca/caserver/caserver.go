@@ -324,6 +324,8 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 	}
 	if s.router != nil { // TokenReview, by the cluster the request names
 		out = append(out, s.router)
+	} else { // no other cluster: a token for one is refused, as the router would
+		out = append(out, cluster.LocalOnly(cfg.ClusterID))
 	}
 	if cfg.JWKSFile != "" || cfg.JWTIssuer != "" {
 		j, err := authn.NewJWT(authn.JWTConfig{

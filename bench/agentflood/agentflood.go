@@ -62,12 +62,14 @@ type Report struct {
 	Before, After, Settled Sample
 	// Codes counts the attack's calls and streams by gRPC code.
 	JWTCodes, SDSCodes map[codes.Code]int
-	Took               time.Duration
+	// GoAways counts the server's GOAWAY codes on the SDS connections.
+	GoAways map[string]int
+	Took    time.Duration
 }
 
 // Run attacks and measures.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	r := &Report{JWTCodes: map[codes.Code]int{}, SDSCodes: map[codes.Code]int{}}
+	r := &Report{JWTCodes: map[codes.Code]int{}, SDSCodes: map[codes.Code]int{}, GoAways: map[string]int{}}
 	r.Before = sample(ctx, cfg)
 	start := time.Now()
 	if cfg.JWTCalls > 0 {
@@ -82,7 +84,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}()
 	if cfg.HeaderStreams > 0 || cfg.Streams > 0 {
-		c, err := sdsFlood(cfg, r.SDSCodes)
+		c, err := sdsFlood(cfg, r)
 		closers = append(closers, c)
 		if err != nil {
 			return nil, err
@@ -131,7 +133,8 @@ func jwtFlood(ctx context.Context, cfg Config, byCode map[codes.Code]int) error 
 // what closes them. HeaderStreams: one connection each (the server may
 // close a connection that sends too much); Streams: all on one connection.
 // A stream counts as OK when the server kept it open.
-func sdsFlood(cfg Config, byCode map[codes.Code]int) (func(), error) {
+func sdsFlood(cfg Config, r *Report) (func(), error) {
+	byCode := r.SDSCodes
 	var conns []*H2
 	closeAll := func() {
 		for _, c := range conns {
@@ -145,8 +148,11 @@ func sdsFlood(cfg Config, byCode map[codes.Code]int) (func(), error) {
 		}
 		conns = append(conns, c)
 		_ = c.Open(1, StreamSecretsPath, cfg.HeaderSize)
-		ended, closed, _ := c.Outcomes()
+		ended, closed, goAway := c.Outcomes()
 		byCode[outcomeCode(ended[1], closed)]++
+		if goAway != "" {
+			r.GoAways[goAway]++
+		}
 	}
 	if cfg.Streams > 0 {
 		c, err := DialH2(cfg.SDSSocket, 5*time.Minute)
@@ -154,14 +160,28 @@ func sdsFlood(cfg Config, byCode map[codes.Code]int) (func(), error) {
 			return closeAll, err
 		}
 		conns = append(conns, c)
-		for i := range cfg.Streams {
-			if err := c.Open(uint32(2*i+1), StreamSecretsPath, 0); err != nil {
-				return closeAll, err
+		// In batches, reading the answers after each: a server refusing
+		// streams answers each with RST_STREAM and stops reading from a
+		// client that does not read them (gRPC's defence).
+		const batch = 256
+		for from := 0; from < cfg.Streams; from += batch {
+			to := min(from+batch, cfg.Streams)
+			for i := from; i < to; i++ {
+				if err := c.Open(uint32(2*i+1), StreamSecretsPath, 0); err != nil {
+					return closeAll, err
+				}
 			}
-		}
-		ended, closed, _ := c.Outcomes()
-		for i := range cfg.Streams {
-			byCode[outcomeCode(ended[uint32(2*i+1)], closed)]++
+			ended, closed, goAway := c.Outcomes()
+			if goAway != "" {
+				r.GoAways[goAway]++
+			}
+			for i := from; i < to; i++ {
+				byCode[outcomeCode(ended[uint32(2*i+1)], closed)]++
+			}
+			if closed {
+				byCode[codes.Unavailable] += cfg.Streams - to
+				break
+			}
 		}
 	}
 	return closeAll, nil
@@ -241,7 +261,10 @@ func (r *Report) Format(w io.Writer) {
 		fmt.Fprintf(w, "FetchJWTSVID calls by code: %v\n", r.JWTCodes)
 	}
 	if len(r.SDSCodes) > 0 {
-		fmt.Fprintf(w, "SDS streams by code: %v\n", r.SDSCodes)
+		fmt.Fprintf(w, "SDS streams by code (OK: held open; Unavailable: connection closed): %v\n", r.SDSCodes)
+	}
+	if len(r.GoAways) > 0 {
+		fmt.Fprintf(w, "GOAWAY from the server: %v\n", r.GoAways)
 	}
 	fmt.Fprintf(w, "%-10s %12s %12s %12s\n", "", "RSS MiB", "goroutines", "CA mints")
 	for _, row := range []struct {

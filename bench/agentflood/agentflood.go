@@ -160,28 +160,12 @@ func sdsFlood(cfg Config, r *Report) (func(), error) {
 			return closeAll, err
 		}
 		conns = append(conns, c)
-		// In batches, reading the answers after each: a server refusing
-		// streams answers each with RST_STREAM and stops reading from a
-		// client that does not read them (gRPC's defence).
-		const batch = 256
-		for from := 0; from < cfg.Streams; from += batch {
-			to := min(from+batch, cfg.Streams)
-			for i := from; i < to; i++ {
-				if err := c.Open(uint32(2*i+1), StreamSecretsPath, 0); err != nil {
-					return closeAll, err
-				}
-			}
-			ended, closed, goAway := c.Outcomes()
-			if goAway != "" {
-				r.GoAways[goAway]++
-			}
-			for i := from; i < to; i++ {
-				byCode[outcomeCode(ended[uint32(2*i+1)], closed)]++
-			}
-			if closed {
-				byCode[codes.Unavailable] += cfg.Streams - to
-				break
-			}
+		ended, closed, goAway := c.OpenMany(1, cfg.Streams, StreamSecretsPath)
+		if goAway != "" {
+			r.GoAways[goAway]++
+		}
+		for i := range cfg.Streams {
+			byCode[outcomeCode(ended[uint32(2*i+1)], closed)]++
 		}
 	}
 	return closeAll, nil

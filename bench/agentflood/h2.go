@@ -99,10 +99,42 @@ func (c *H2) Open(id uint32, path string, pad int) error {
 // closed is set when the connection ended first, goAway to the GOAWAY code
 // if one came.
 func (c *H2) Outcomes() (ended map[uint32]string, closed bool, goAway string) {
-	ended = map[uint32]string{}
 	if err := c.fr.WritePing(false, [8]byte{1}); err != nil {
-		return ended, true, ""
+		return map[uint32]string{}, true, ""
 	}
+	return c.read()
+}
+
+// OpenMany opens n streams of path (ids first, first+2, …) while another
+// goroutine reads the server's answers (a server refusing streams answers
+// each with RST_STREAM and stops reading from a client that does not read
+// them), then returns as Outcomes does. One PING in all: the server's
+// keepalive policy closes a connection that pings too often.
+func (c *H2) OpenMany(first uint32, n int, path string) (ended map[uint32]string, closed bool, goAway string) {
+	type result struct {
+		ended  map[uint32]string
+		closed bool
+		goAway string
+	}
+	done := make(chan result, 1)
+	go func() {
+		e, cl, g := c.read()
+		done <- result{e, cl, g}
+	}()
+	for i := range n {
+		if err := c.Open(first+uint32(2*i), path, 0); err != nil {
+			break
+		}
+	}
+	_ = c.fr.WritePing(false, [8]byte{1})
+	r := <-done
+	return r.ended, r.closed, r.goAway
+}
+
+// read reads frames until a PING ack, and records how streams ended. It
+// writes nothing (OpenMany writes meanwhile).
+func (c *H2) read() (ended map[uint32]string, closed bool, goAway string) {
+	ended = map[uint32]string{}
 	for {
 		f, err := c.fr.ReadFrame()
 		if err != nil {
@@ -113,7 +145,6 @@ func (c *H2) Outcomes() (ended map[uint32]string, closed bool, goAway string) {
 			if f.IsAck() {
 				return ended, false, goAway
 			}
-			_ = c.fr.WritePing(true, f.Data)
 		case *http2.RSTStreamFrame:
 			ended[f.StreamID] = "rst " + f.ErrCode.String()
 		case *http2.MetaHeadersFrame:

@@ -85,12 +85,7 @@ func TestSDSSocketLimitsThroughAgent(t *testing.T) {
 		if got := c.Settings[http2.SettingMaxConcurrentStreams]; got != unixsock.MaxConcurrentStreams {
 			t.Errorf("the SDS socket advertises %d streams per connection, want %d", got, unixsock.MaxConcurrentStreams)
 		}
-		for i := range unixsock.MaxConcurrentStreams + over {
-			if err := c.Open(uint32(2*i+1), agentflood.StreamSecretsPath, 0); err != nil {
-				t.Fatal(err)
-			}
-		}
-		got, closed, _ := c.Outcomes()
+		got, closed, _ := c.OpenMany(1, unixsock.MaxConcurrentStreams+over, agentflood.StreamSecretsPath)
 		if closed {
 			t.Fatal("the connection closed")
 		}

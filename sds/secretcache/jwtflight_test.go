@@ -32,6 +32,7 @@ type heldJWT struct {
 	open   chan struct{}
 	asked  atomic.Int64
 	inside atomic.Int64 // calls waiting at the valve now
+	seen   sync.Map     // audience[0] of every call that reached the signer
 }
 
 func newHeldJWT(inner *countingJWT) *heldJWT {
@@ -59,6 +60,7 @@ func (h *heldJWT) wait(ctx context.Context) error {
 
 func (h *heldJWT) MintJWTSVID(ctx context.Context, id spiffeid.ID, aud []string) (string, error) {
 	h.asked.Add(1)
+	h.seen.Store(aud[0], true)
 	if err := h.wait(ctx); err != nil {
 		return "", err
 	}
@@ -117,32 +119,49 @@ func TestJWTFlightsBoundedAndCancelled(t *testing.T) {
 	const flights = 40 // more than the 16 CA slots
 	f, ca := heldFixture(t, func(c *secretcache.Config) { c.MaxJWTFlights = flights })
 	base := goleak.IgnoreCurrent()
-	ctx, cancel := context.WithCancel(context.Background())
-	results := make(chan error, flights+1)
-	for i := range flights {
+	type caller struct {
+		aud    string
+		cancel context.CancelFunc
+		err    chan error
+	}
+	call := func(aud string) caller {
+		ctx, cancel := context.WithCancel(context.Background())
+		c := caller{aud: aud, cancel: cancel, err: make(chan error, 1)}
 		go func() {
-			_, err := f.m.JWTSVID(ctx, []string{fmt.Sprint("aud-", i)})
-			results <- err
+			_, err := f.m.JWTSVID(ctx, []string{aud})
+			c.err <- err
 		}()
+		return c
+	}
+	callers := make([]caller, 0, flights+1)
+	for i := range flights {
+		callers = append(callers, call(fmt.Sprint("aud-", i)))
 	}
 	until(t, "16 requests at the CA", func() bool { return ca.inside.Load() == 16 })
 	until(t, "every flight started", func() bool { return f.m.JWTRequestsInProgress() == flights })
 	// Beyond the bound: refused at once, with a clear message.
 	_, err := f.m.JWTSVID(t.Context(), []string{"one-more"})
 	if !errors.Is(err, secretcache.ErrTooManyJWTRequests) || !strings.Contains(err.Error(), fmt.Sprintf("%d distinct audience sets", flights)) {
-		t.Fatalf("one audience set more: %v, want ErrTooManyJWTRequests naming the limit", err)
+		t.Fatalf("one audience set more: %v, want ErrTooManyJWTRequests naming the bound", err)
 	}
 	// A caller of a set in flight joins it instead of being refused.
-	go func() {
-		_, err := f.m.JWTSVID(ctx, []string{"aud-0"})
-		results <- err
-	}()
-	cancel() // every caller gives up at once
-	for range flights + 1 {
-		if err := <-results; !errors.Is(err, context.Canceled) {
-			t.Fatalf("caller: %v, want context.Canceled", err)
+	callers = append(callers, call("aud-0"))
+	// The callers of the 24 requests still waiting for a CA slot leave
+	// first, then the others: a slot freed by a cancelled request could
+	// otherwise go to a request whose caller has not left yet.
+	leave := func(atCA bool) {
+		for _, c := range callers {
+			if _, ok := ca.seen.Load(c.aud); ok == atCA {
+				c.cancel()
+				if err := <-c.err; !errors.Is(err, context.Canceled) {
+					t.Fatalf("caller of %s: %v, want context.Canceled", c.aud, err)
+				}
+			}
 		}
 	}
+	leave(false)
+	until(t, "the waiting requests' end", func() bool { return f.m.JWTRequestsInProgress() == 16 })
+	leave(true)
 	if err := goleak.Find(base); err != nil {
 		t.Fatalf("goroutines left after every caller left: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/bundle/jwtbundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
@@ -108,6 +109,7 @@ type jwtCache struct {
 	warns      *logs.Throttle // of the CA failures callers cause
 	max        int
 	maxFlights int
+	refused    prometheus.Counter // requests refused by maxFlights; nil: none
 	refresh    time.Duration
 	mints      chan struct{} // a token per CA request in flight
 
@@ -261,6 +263,9 @@ func (c *jwtCache) svid(ctx context.Context, audience []string) (*JWTSVID, error
 			return nil, fmt.Errorf("%w: the agent is stopping", ErrNotReady)
 		case len(c.flights) >= c.maxFlights:
 			c.mu.Unlock()
+			if c.refused != nil {
+				c.refused.Inc()
+			}
 			return nil, fmt.Errorf("%w: %d distinct audience sets are being requested, the limit; retry later", ErrTooManyJWTRequests, c.maxFlights)
 		}
 		// Not this caller's context: callers that join the flight still

@@ -144,6 +144,12 @@ func TestJWTFlightsBoundedAndCancelled(t *testing.T) {
 	if !errors.Is(err, secretcache.ErrTooManyJWTRequests) || !strings.Contains(err.Error(), fmt.Sprintf("%d distinct audience sets", flights)) {
 		t.Fatalf("one audience set more: %v, want ErrTooManyJWTRequests naming the bound", err)
 	}
+	if n := testkit.Metric(t, f.reg, "meshid_agent_jwt_requests"); n != flights {
+		t.Fatalf("meshid_agent_jwt_requests = %v, want %d", n, flights)
+	}
+	if n := testkit.Metric(t, f.reg, "meshid_agent_jwt_requests_refused_total"); n != 1 {
+		t.Fatalf("meshid_agent_jwt_requests_refused_total = %v, want 1", n)
+	}
 	// A caller of a set in flight joins it instead of being refused.
 	callers = append(callers, call("aud-0"))
 	// The callers of the 24 requests still waiting for a CA slot leave
@@ -165,8 +171,8 @@ func TestJWTFlightsBoundedAndCancelled(t *testing.T) {
 	if err := goleak.Find(base); err != nil {
 		t.Fatalf("goroutines left after every caller left: %v", err)
 	}
-	if n := f.m.JWTRequestsInProgress(); n != 0 {
-		t.Fatalf("%d requests in progress after every caller left", n)
+	if n := testkit.Metric(t, f.reg, "meshid_agent_jwt_requests"); n != 0 {
+		t.Fatalf("%v requests in progress after every caller left", n)
 	}
 	if n := ca.asked.Load(); n != 16 {
 		t.Fatalf("%d requests reached the CA, want the 16 that held a slot when their callers left", n)

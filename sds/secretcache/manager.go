@@ -241,6 +241,9 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m.metrics = met
+	if m.jwt != nil {
+		m.jwt.refused = met.jwtRefused
+	}
 	return m, nil
 }
 

@@ -162,7 +162,7 @@ func (c *Controller) process(ctx context.Context, r *run, key string) (string, e
 		CSR:    ok.csr,
 		ID:     ok.id,
 		Caller: fmt.Sprintf("podcertificaterequest %s/%s pod %s node %s", pcr.Namespace, pcr.Name, pcr.Spec.PodName, pcr.Spec.NodeName),
-		TTL:    c.ttl(pcr),
+		TTL:    c.ttl(pcr, c.clock.Now()),
 	})
 	switch {
 	case err == nil:

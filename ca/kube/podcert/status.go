@@ -31,14 +31,20 @@ func maxLifetime(pcr *certificatesv1.PodCertificateRequest) time.Duration {
 	return defaultMaxExpiration
 }
 
-// ttl is the TTL to ask the Authority for: the lifetime the issue names,
-// min(spec.maxExpirationSeconds, MaxTTL, DefaultTTL) but at least an hour,
-// less the Authority's backdating (ca.DefaultClockSkew), which the leaf's
-// lifetime (notAfter - notBefore, what the API server bounds) includes: the
-// leaf lives exactly that lifetime, unless the CA is younger than the
-// backdating or expires sooner (checkLifetime).
-func (c *Controller) ttl(pcr *certificatesv1.PodCertificateRequest) time.Duration {
-	return max(min(maxLifetime(pcr), c.cfg.MaxTTL, c.cfg.DefaultTTL), minLifetime) - ca.DefaultClockSkew
+// ttl is the TTL to ask the Authority for at now, so that the leaf lives
+// exactly the lifetime the issue names, min(spec.maxExpirationSeconds,
+// MaxTTL, DefaultTTL) but at least an hour: the API server bounds
+// notAfter - notBefore, and the Authority backdates notBefore by
+// ca.DefaultClockSkew, but never before its own certificate's notBefore
+// (a CA made a moment ago). The leaf's times are whole seconds, and so is
+// the lifetime; a CA that expires sooner still cuts it (checkLifetime).
+func (c *Controller) ttl(pcr *certificatesv1.PodCertificateRequest, now time.Time) time.Duration {
+	life := max(min(maxLifetime(pcr), c.cfg.MaxTTL, c.cfg.DefaultTTL), minLifetime)
+	notBefore := now.Add(-ca.DefaultClockSkew)
+	if b := c.cfg.Roots.Bundle(); b != nil && b.Cert.NotBefore.After(notBefore) {
+		notBefore = b.Cert.NotBefore
+	}
+	return life - now.Sub(notBefore)
 }
 
 // checkLifetime reports whether leaf's lifetime is one the API server

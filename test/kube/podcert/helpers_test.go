@@ -26,6 +26,7 @@ import (
 
 	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/testkit"
 )
 
@@ -34,7 +35,7 @@ var trustDomain = spiffeid.RequireTrustDomainFromString("cluster.local")
 // startCA runs the CA assembly as `meshid server --kubeconfig <the CA's
 // ServiceAccount> --pod-certificate-signer meshid.io/workload` runs it,
 // with cfg's other fields (a state directory of its own unless set).
-func startCA(t *testing.T, cfg caserver.Config) (*caserver.Server, *prometheus.Registry) {
+func startCA(t testing.TB, cfg caserver.Config) (*caserver.Server, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.TrustDomain = trustDomain
@@ -55,10 +56,13 @@ type kubelet struct {
 }
 
 // newKubelet registers node name as its kubelet does (the node creates
-// its own Node object) and returns it.
-func newKubelet(t *testing.T, ctx context.Context, name string) *kubelet {
+// its own Node object) and returns it. Its client is not rate limited by
+// client-go (a storm measures the signer, not the test's token bucket).
+func newKubelet(t testing.TB, ctx context.Context, name string) *kubelet {
 	t.Helper()
-	client, err := kubernetes.NewForConfig(cluster.NodeConfig(name))
+	cfg := cluster.NodeConfig(name)
+	cfg.QPS, cfg.Burst = 5000, 10000
+	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,4 +195,14 @@ func condition(r *certificatesv1.PodCertificateRequest) (typ, reason, message st
 	}
 	c := r.Status.Conditions[0]
 	return c.Type, c.Reason, c.Message
+}
+
+// mustChain parses an issued request's chain.
+func mustChain(t testing.TB, r *certificatesv1.PodCertificateRequest) []*x509.Certificate {
+	t.Helper()
+	chain, err := certs.ParseCertificates([]byte(r.Status.CertificateChain))
+	if err != nil || len(chain) == 0 {
+		t.Fatalf("chain: %v", err)
+	}
+	return chain
 }

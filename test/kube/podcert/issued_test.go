@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto"
+	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +137,7 @@ func TestIssuedEveryKeyType(t *testing.T) {
 				return
 			}
 			leaf := checkIssued(t, got, key, id, roots)
+			credentialBundle(t, key, got)
 			if life := leaf.NotAfter.Sub(leaf.NotBefore); life != 24*time.Hour {
 				t.Fatalf("lifetime %s, want spec.maxExpirationSeconds (24h)", life)
 			}
@@ -143,5 +146,24 @@ func TestIssuedEveryKeyType(t *testing.T) {
 	}
 	if v := testkit.Metric(t, reg, "meshid_ca_pod_certificates_total", "result", "issued", "reason", "Issued"); v != float64(issued) {
 		t.Fatalf("meshid_ca_pod_certificates_total{issued} = %v, want %d", v, issued)
+	}
+}
+
+// credentialBundle writes the credential bundle the kubelet mounts (the
+// key as PKCS#8, then the chain) and loads it as docs/pod-certificates.md
+// shows an application doing: tls.X509KeyPair of the one file.
+func credentialBundle(t *testing.T, key crypto.Signer, got *certificatesv1.PodCertificateRequest) {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := append(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), got.Status.CertificateChain...)
+	cert, err := tls.X509KeyPair(data, data)
+	if err != nil {
+		t.Fatalf("the credential bundle does not load: %v", err)
+	}
+	if cert.Leaf == nil || len(cert.Leaf.URIs) != 1 {
+		t.Fatalf("loaded leaf %+v", cert.Leaf)
 	}
 }

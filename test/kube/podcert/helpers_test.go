@@ -81,9 +81,9 @@ func newKubelet(t testing.TB, ctx context.Context, name string) *kubelet {
 func createPod(t testing.TB, ctx context.Context, ns, name, sa, node string, signers ...string) *corev1.Pod {
 	t.Helper()
 	var sources []corev1.VolumeProjection
-	for _, s := range signers {
+	for i, s := range signers {
 		sources = append(sources, corev1.VolumeProjection{PodCertificate: &corev1.PodCertificateProjection{
-			SignerName: s, KeyType: "ECDSAP256", CredentialBundlePath: "credentialbundle.pem",
+			SignerName: s, KeyType: "ECDSAP256", CredentialBundlePath: fmt.Sprintf("credentialbundle-%d.pem", i),
 		}})
 	}
 	pod := &corev1.Pod{

@@ -49,13 +49,21 @@ func TestTemplatePodCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range plain {
-		var got, want rbacv1.ClusterRole
-		into(t, on.get(t, p.GetKind(), p.GetNamespace(), p.GetName()), &got)
-		into(t, p, &want)
+		rendered := on.get(t, p.GetKind(), p.GetNamespace(), p.GetName())
 		if p.GetKind() == "ClusterRole" || p.GetKind() == "Role" {
+			var got, want rbacv1.ClusterRole
+			into(t, rendered, &got)
+			into(t, p, &want)
 			if !reflect.DeepEqual(got.Rules, want.Rules) {
 				t.Errorf("%s rules differ from deploy/:\nchart  %+v\ndeploy %+v", p.GetName(), got.Rules, want.Rules)
 			}
+			continue
+		}
+		var got, want rbacv1.RoleBinding
+		into(t, rendered, &got)
+		into(t, p, &want)
+		if !reflect.DeepEqual(got.RoleRef, want.RoleRef) || !reflect.DeepEqual(got.Subjects, want.Subjects) {
+			t.Errorf("%s %s differs from deploy/: chart %+v %+v, deploy %+v %+v", p.GetKind(), p.GetName(), got.RoleRef, got.Subjects, want.RoleRef, want.Subjects)
 		}
 	}
 

@@ -130,3 +130,29 @@ func TestOtherSignerUntouched(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedWhenThePolicyRefuses: a CA whose --max-ttl is under the hour
+// the API server demands cannot issue any pod certificate: the request is
+// Failed (a permanent refusal, not retried), with the CA's reason, and
+// carries no certificate.
+func TestFailedWhenThePolicyRefuses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	startCA(t, caserver.Config{MaxTTL: 30 * time.Minute, DefaultTTL: 30 * time.Minute})
+	ns := "pc-failed"
+	sa := workload(t, ctx, ns, "app")
+	k := newKubelet(t, ctx, "node-failed")
+	pod := createPod(t, ctx, ns, "app-0", sa.Name, k.node.Name, signerName)
+	r, err := k.client.CertificatesV1().PodCertificateRequests(ns).Create(ctx, request(t, pod, k.node, sa, signerName, newKey(t, "ECDSAP256")), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := answered(t, ctx, r)
+	typ, reason, msg := condition(got)
+	if typ != certificatesv1.PodCertificateRequestConditionTypeFailed || reason != "SigningRefused" || !strings.Contains(msg, "TTL") {
+		t.Fatalf("%s %s %q, want Failed SigningRefused about the TTL", typ, reason, msg)
+	}
+	if got.Status.CertificateChain != "" {
+		t.Fatal("a failed request carries a certificate")
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/kube/election"
 	"github.com/meshid/meshid/ca/kube/jwtsecret"
+	"github.com/meshid/meshid/ca/kube/podcert"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/ca/server"
@@ -52,6 +53,7 @@ type Server struct {
 	// apiserver tracks whether the local API server answers; nil without
 	// a cluster or with APIServerGrace negative.
 	apiserver *reachability.Tracker
+	podCert   *podcert.Controller // nil unless PodCertificateSigner
 
 	mu        sync.Mutex
 	authority *ca.Authority
@@ -106,6 +108,9 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	if err := s.newJWTKeys(); err != nil {
+		return nil, err
+	}
+	if s.podCert, err = s.podCertificates(); err != nil {
 		return nil, err
 	}
 	if cfg.KubeCASecret {
@@ -479,6 +484,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.jwtKube != nil {
 		g.Go(func() error { return s.jwtKube.Run(ctx) })
+	}
+	if s.podCert != nil {
+		g.Go(func() error { return s.podCert.Run(ctx) })
 	}
 	if s.kube != nil && s.cfg.KubeCASecret {
 		b, err := s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)

@@ -24,6 +24,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/kube/election"
 	"github.com/meshid/meshid/ca/kube/jwtsecret"
+	"github.com/meshid/meshid/ca/kube/podcert"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/ca/server"
@@ -53,6 +54,7 @@ type Server struct {
 	// apiserver tracks whether the local API server answers; nil without
 	// a cluster or with APIServerGrace negative.
 	apiserver *reachability.Tracker
+	podCert   *podcert.Controller // nil unless PodCertificateSigner
 	// upstream renews the intermediate; nil unless Config.Upstream.
 	upstream       *upstream.Renewer
 	upstreamMinted time.Time // when New minted the intermediate; zero if loaded
@@ -110,6 +112,9 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	if err := s.newJWTKeys(); err != nil {
+		return nil, err
+	}
+	if s.podCert, err = s.podCertificates(); err != nil {
 		return nil, err
 	}
 	if cfg.KubeCASecret {
@@ -332,6 +337,8 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 	}
 	if s.router != nil { // TokenReview, by the cluster the request names
 		out = append(out, s.router)
+	} else { // no other cluster: a token for one is refused, as the router would
+		out = append(out, cluster.LocalOnly(cfg.ClusterID))
 	}
 	if cfg.JWKSFile != "" || cfg.JWTIssuer != "" {
 		j, err := authn.NewJWT(authn.JWTConfig{
@@ -488,6 +495,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.jwtKube != nil {
 		g.Go(func() error { return s.jwtKube.Run(ctx) })
+	}
+	if s.podCert != nil {
+		g.Go(func() error { return s.podCert.Run(ctx) })
 	}
 	if s.kube != nil && s.cfg.KubeCASecret {
 		b, err := s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)

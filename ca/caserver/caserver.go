@@ -48,6 +48,7 @@ type Server struct {
 	admin   *admin.Server        // nil without AdminSocket
 	jwtKeys jwtissuer.KeySource  // the JWT-SVID signing keys
 	jwtKube *jwtsecret.Store     // nil without a cluster; the jwtKeys shared by the replicas
+	fed     *federationParts     // nil without federation (federation.go)
 
 	mu        sync.Mutex
 	authority *ca.Authority
@@ -99,6 +100,9 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	if err := s.newJWTKeys(); err != nil {
+		return nil, err
+	}
+	if s.fed, err = s.newFederation(); err != nil {
 		return nil, err
 	}
 	if cfg.KubeCASecret {
@@ -280,6 +284,7 @@ func (s *Server) build(b *keystore.Bundle) error {
 		MaxConnectionsPerIP: cfg.MaxConnectionsPerIP,
 		FirstRequestTimeout: cfg.FirstRequestTimeout,
 		JWT:                 jwtIssuer,
+		Federation:          s.fed.bundles(),
 		Clock:               cfg.Clock,
 		Logger:              cfg.Logger,
 		Registerer:          cfg.Registerer,
@@ -293,6 +298,7 @@ func (s *Server) build(b *keystore.Bundle) error {
 	}
 	s.mu.Lock()
 	s.authority, s.grpc, s.jwt = authority, grpcSrv, jwt
+	s.fed.setIssuer(jwtIssuer)
 	s.mu.Unlock()
 	return nil
 }
@@ -387,6 +393,9 @@ func (s *Server) Listen() error {
 			return err
 		}
 	}
+	if err := s.fed.listen(); err != nil {
+		return err
+	}
 	if s.monitor != nil {
 		return s.monitor.Listen()
 	}
@@ -463,6 +472,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.jwtKube != nil {
 		g.Go(func() error { return s.jwtKube.Run(ctx) })
+	}
+	for _, run := range s.fed.runs() {
+		g.Go(func() error { return run(ctx) })
 	}
 	if s.kube != nil && s.cfg.KubeCASecret {
 		b, err := s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)

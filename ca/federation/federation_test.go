@@ -1,4 +1,4 @@
-package federation
+package federation_test
 
 import (
 	"crypto/x509"
@@ -20,6 +20,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
 
 	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/testkit"
@@ -31,7 +32,7 @@ var (
 	tdC = spiffeid.RequireTrustDomainFromString("c.example")
 )
 
-// keys is a mutable Source.
+// keys is a mutable federation.Source.
 type keys struct {
 	mu    sync.Mutex
 	roots []*x509.Certificate
@@ -52,9 +53,9 @@ func (k *keys) set(roots []*x509.Certificate) {
 
 // startEndpoint serves td's bundle with src (https_spiffe, an SVID of
 // authority) and returns its URL.
-func startEndpoint(t *testing.T, td spiffeid.TrustDomain, authority *ca.Authority, src Source, clk clock.Clock, reg prometheus.Registerer) string {
+func startEndpoint(t *testing.T, td spiffeid.TrustDomain, authority *ca.Authority, src federation.Source, clk clock.Clock, reg prometheus.Registerer) string {
 	t.Helper()
-	e, err := NewEndpoint(EndpointConfig{
+	e, err := federation.NewEndpoint(federation.EndpointConfig{
 		Listen: "127.0.0.1:0", TrustDomain: td, Source: src, Clock: clk, Registerer: reg,
 		Authority: func() *ca.Authority { return authority },
 	})
@@ -89,14 +90,14 @@ func TestEndpointServesTheBundle(t *testing.T) {
 	url := startEndpoint(t, tdA, authority, src.source, clk, reg)
 	boot := spiffebundle.FromX509Authorities(tdA, authority.Bundle().Roots)
 
-	b, err := gofed.FetchBundle(t.Context(), tdA, url, gofed.WithSPIFFEAuth(boot, EndpointID(tdA)))
+	b, err := gofed.FetchBundle(t.Context(), tdA, url, gofed.WithSPIFFEAuth(boot, federation.EndpointID(tdA)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !b.HasX509Authority(authority.Bundle().Roots[0]) || len(b.X509Authorities()) != 1 || !b.HasJWTAuthority("k1") {
 		t.Fatalf("bundle: %d roots, JWT keys %v", len(b.X509Authorities()), b.JWTAuthorities())
 	}
-	if hint, ok := b.RefreshHint(); !ok || hint != DefaultRefreshHint {
+	if hint, ok := b.RefreshHint(); !ok || hint != federation.DefaultRefreshHint {
 		t.Fatalf("refresh hint %v %v", hint, ok)
 	}
 	seq1, ok := b.SequenceNumber()
@@ -104,7 +105,7 @@ func TestEndpointServesTheBundle(t *testing.T) {
 		t.Fatal("no sequence number")
 	}
 	// Same content: same sequence.
-	b, err = gofed.FetchBundle(t.Context(), tdA, url, gofed.WithSPIFFEAuth(boot, EndpointID(tdA)))
+	b, err = gofed.FetchBundle(t.Context(), tdA, url, gofed.WithSPIFFEAuth(boot, federation.EndpointID(tdA)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestEndpointServesTheBundle(t *testing.T) {
 	// A rotation adds a root: the union is served, with a higher sequence.
 	other := testkit.NewAuthority(t, tdA, clk, nil)
 	src.set(append(authority.Bundle().Roots, other.Bundle().Roots...))
-	b, err = gofed.FetchBundle(t.Context(), tdA, url, gofed.WithSPIFFEAuth(boot, EndpointID(tdA)))
+	b, err = gofed.FetchBundle(t.Context(), tdA, url, gofed.WithSPIFFEAuth(boot, federation.EndpointID(tdA)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestEndpointServesTheBundle(t *testing.T) {
 		t.Fatalf("after a change: sequence %d (was %d), %d roots", s, seq1, len(b.X509Authorities()))
 	}
 	// GET only.
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsconfig.TLSClientConfig(boot, tlsconfig.AuthorizeID(EndpointID(tdA)))}}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsconfig.TLSClientConfig(boot, tlsconfig.AuthorizeID(federation.EndpointID(tdA)))}}
 	resp, err := client.Post(url, "application/json", strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +134,7 @@ func TestEndpointServesTheBundle(t *testing.T) {
 	}
 	// A caller that never stops is refused once its burst is spent.
 	limited := 0
-	for range DefaultEndpointBurst + 5 {
+	for range federation.DefaultEndpointBurst + 5 {
 		resp, err := client.Get(url)
 		if err != nil {
 			t.Fatal(err)
@@ -160,8 +161,8 @@ func TestFederatorFollowsAndPersists(t *testing.T) {
 	src := &keys{roots: authB.Bundle().Roots}
 	url := startEndpoint(t, tdB, authB, src.source, clk, nil)
 	state := t.TempDir()
-	peer := Peer{TrustDomain: tdB, URL: url, Profile: ProfileSPIFFE, EndpointID: EndpointID(tdB), BundleFile: writePEM(t, authB.Bundle().Roots...)}
-	f, err := New(Config{TrustDomain: tdA, Peers: []Peer{peer}, StateDir: state, Clock: clk})
+	peer := federation.Peer{TrustDomain: tdB, URL: url, Profile: federation.ProfileSPIFFE, EndpointID: federation.EndpointID(tdB), BundleFile: writePEM(t, authB.Bundle().Roots...)}
+	f, err := federation.New(federation.Config{TrustDomain: tdA, Peers: []federation.Peer{peer}, StateDir: state, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,13 +174,13 @@ func TestFederatorFollowsAndPersists(t *testing.T) {
 	if seq1 == 0 || !b.HasX509Authority(authB.Bundle().Roots[0]) {
 		t.Fatalf("first fetch: %v", f.Status())
 	}
-	if d := testkit.NextDeadline(t, clk, "the refresh").Sub(clk.Now()); d != DefaultRefreshHint {
-		t.Fatalf("next refresh in %v, want the hint %v", d, DefaultRefreshHint)
+	if d := testkit.NextDeadline(t, clk, "the refresh").Sub(clk.Now()); d != federation.DefaultRefreshHint {
+		t.Fatalf("next refresh in %v, want the hint %v", d, federation.DefaultRefreshHint)
 	}
 	other := testkit.NewAuthority(t, tdB, clk, nil)
 	src.set(append(authB.Bundle().Roots, other.Bundle().Roots...))
 	changed = f.Changed()
-	clk.Add(DefaultRefreshHint)
+	clk.Add(federation.DefaultRefreshHint)
 	waitChange(t, changed)
 	b = f.Snapshot().Bundles[tdB]
 	if s, _ := b.SequenceNumber(); s <= seq1 || len(b.X509Authorities()) != 2 {
@@ -187,7 +188,7 @@ func TestFederatorFollowsAndPersists(t *testing.T) {
 	}
 	// A restart without the bootstrap file starts from the kept bundle.
 	peer.BundleFile = ""
-	g, err := New(Config{TrustDomain: tdA, Peers: []Peer{peer}, StateDir: state, Clock: clk})
+	g, err := federation.New(federation.Config{TrustDomain: tdA, Peers: []federation.Peer{peer}, StateDir: state, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,26 +274,25 @@ func TestFederatorRefusesBadBundles(t *testing.T) {
 
 	logs := testkit.NewLogRecorder()
 	reg := prometheus.NewRegistry()
-	peer := Peer{TrustDomain: tdB, URL: hs.URL + "/", Profile: ProfileWeb, CAFile: caFile}
-	f, err := New(Config{TrustDomain: tdA, Peers: []Peer{peer}, Clock: clk, Logger: logs.Logger(), Registerer: reg, FetchTimeout: 2 * time.Second})
+	peer := federation.Peer{TrustDomain: tdB, URL: hs.URL + "/", Profile: federation.ProfileWeb, CAFile: caFile}
+	f, err := federation.New(federation.Config{TrustDomain: tdA, Peers: []federation.Peer{peer}, Clock: clk, Logger: logs.Logger(), Registerer: reg, FetchTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	web := f.byTD[tdB]
-	f.refresh(t.Context(), web)
+	f.RefreshOnce(t.Context(), tdB)
 	good := f.Snapshot().Bundles[tdB]
 	if good == nil {
 		t.Fatalf("the good bundle was not taken: %v", f.Status())
 	}
 	for mode, reason := range map[string]string{
-		"garbage": ReasonParse, "huge": ReasonTooLarge, "lower sequence": ReasonSequence,
-		"redirect": ReasonRedirect, "slow drip": ReasonFetch, "status": ReasonStatus,
+		"garbage": federation.ReasonParse, "huge": federation.ReasonTooLarge, "lower sequence": federation.ReasonSequence,
+		"redirect": federation.ReasonRedirect, "slow drip": federation.ReasonFetch, "status": federation.ReasonStatus,
 	} {
 		srv.set(mode)
 		before, _ := testkit.LookupMetric(t, reg, "meshid_federation_bundle_refresh_failures_total", "trust_domain", "b.example", "reason", reason)
-		f.refresh(t.Context(), web)
-		if n := testkit.Metric(t, reg, "meshid_federation_bundle_refresh_failures_total", "trust_domain", "b.example", "reason", reason); n != before+1 {
-			t.Errorf("%s: %s failures %v, want %v", mode, reason, n, before+1)
+		f.RefreshOnce(t.Context(), tdB)
+		if n, _ := testkit.LookupMetric(t, reg, "meshid_federation_bundle_refresh_failures_total", "trust_domain", "b.example", "reason", reason); n != before+1 {
+			t.Errorf("%s: %s failures %v, want %v: %v", mode, reason, n, before+1, f.Status())
 		}
 		if !f.Snapshot().Bundles[tdB].Equal(good) {
 			t.Errorf("%s: the last good bundle was replaced", mode)
@@ -311,18 +311,18 @@ func TestFederatorRefusesBadBundles(t *testing.T) {
 		id     spiffeid.ID
 		reason string
 	}{
-		"wrong trust domain": {authC.Bundle().Roots, EndpointID(tdB), ReasonTrustDomain},
-		"wrong SPIFFE ID":    {authB.Bundle().Roots, wrongID, ReasonFetch},
+		"wrong trust domain": {authC.Bundle().Roots, federation.EndpointID(tdB), federation.ReasonTrustDomain},
+		"wrong SPIFFE ID":    {authB.Bundle().Roots, wrongID, federation.ReasonFetch},
 	} {
 		url := startEndpoint(t, tdB, authB, (&keys{roots: c.serve}).source, clk, nil)
 		reg := prometheus.NewRegistry()
-		p := Peer{TrustDomain: tdB, URL: url, Profile: ProfileSPIFFE, EndpointID: c.id, BundleFile: bootB}
-		g, err := New(Config{TrustDomain: tdA, Peers: []Peer{p}, Clock: clk, Logger: logs.Logger(), Registerer: reg})
+		p := federation.Peer{TrustDomain: tdB, URL: url, Profile: federation.ProfileSPIFFE, EndpointID: c.id, BundleFile: bootB}
+		g, err := federation.New(federation.Config{TrustDomain: tdA, Peers: []federation.Peer{p}, Clock: clk, Logger: logs.Logger(), Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
 		boot := g.Snapshot().Bundles[tdB]
-		g.refresh(t.Context(), g.peers[0])
+		g.RefreshOnce(t.Context(), tdB)
 		if n := testkit.Metric(t, reg, "meshid_federation_bundle_refresh_failures_total", "trust_domain", "b.example", "reason", c.reason); n != 1 {
 			t.Errorf("%s: %s failures %v, want 1: %v", name, c.reason, n, g.Status())
 		}

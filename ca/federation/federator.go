@@ -369,3 +369,10 @@ func readLimited(path string) ([]byte, error) {
 	}
 	return os.ReadFile(path)
 }
+
+// FederatedBundles returns the bundles held now, as SPIFFE bundles and as
+// JWKS, keyed by trust domain SPIFFE ID (ca/server's FederatedBundles).
+func (f *Federator) FederatedBundles() (encoded, jwks map[string][]byte) {
+	s := f.snap.Load()
+	return s.Encoded, s.JWKS
+}

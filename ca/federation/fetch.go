@@ -94,6 +94,9 @@ func fetch(ctx context.Context, c *http.Client, p Peer, cur *spiffebundle.Bundle
 		return nil, refuse(ReasonStatus, "%s answered HTTP %d", p.URL, resp.StatusCode)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxSize+1))
+	if ctx.Err() != nil { // a slow drip: whatever arrived is cut short
+		return nil, refuse(ReasonFetch, "the bundle did not arrive within the fetch timeout: %w", ctx.Err())
+	}
 	if err != nil {
 		return nil, refuse(ReasonFetch, "reading the bundle: %w", err)
 	}

@@ -150,6 +150,9 @@ func checkURL(s string) (string, error) {
 // ParsePeers parses every value and refuses a trust domain given twice or
 // equal to own: trust domains are never merged.
 func ParsePeers(values []string, own spiffeid.TrustDomain) ([]Peer, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
 	out := make([]Peer, 0, len(values))
 	seen := map[spiffeid.TrustDomain]bool{}
 	for _, v := range values {

@@ -67,6 +67,7 @@ type serverFlags struct {
 	trustedNodeAccounts string
 	cluster             clusterFlags
 	rotation            rotationFlags
+	federation          federationFlags
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
@@ -93,6 +94,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	f.registerHardening(fs)
 	f.cluster.register(fs)
 	f.rotation.register(fs)
+	f.federation.register(fs)
 }
 
 // registerHardening adds the flags of the limits in SECURITY.md, the CA key
@@ -186,6 +188,9 @@ func (f *serverFlags) applyParsed(cfg *caserver.Config) (err error) {
 		return fmt.Errorf("--trusted-node-accounts: %w", err)
 	}
 	if err := f.cluster.apply(cfg); err != nil {
+		return err
+	}
+	if err := f.federation.apply(cfg); err != nil {
 		return err
 	}
 	if cfg.CAKey, err = pkcs11.ParseOptionalURI(f.caKey); err != nil {

@@ -159,9 +159,13 @@ func (cfg Config) ManagerConfig(signer secretcache.Signer, id spiffeid.ID) (secr
 	}
 	// A signer that also mints JWT-SVIDs (caclient.Client) serves them.
 	jwtSigner, _ := signer.(secretcache.JWTSigner)
+	// And one that asks for the federated bundles (caclient.Client) serves
+	// them: ROOTCA_FEDERATED, the Workload API's federated bundles.
+	federation, _ := signer.(secretcache.FederationSource)
 	return secretcache.Config{
 		Signer:     signer,
 		JWTSigner:  jwtSigner,
+		Federation: federation,
 		ID:         id,
 		KeyType:    cfg.KeyType,
 		TTL:        cfg.CertTTL,

@@ -1,0 +1,303 @@
+package e2e_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+	"github.com/spiffe/go-spiffe/v2/workloadapi"
+
+	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/ca/federation"
+	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/devissuer"
+	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/sds/secretcache"
+)
+
+// mesh is one trust domain: its CA (bundle endpoint on, federating with the
+// other mesh over https_spiffe) and one agent with the Workload API.
+type mesh struct {
+	td       spiffeid.TrustDomain
+	dir      string
+	endpoint string // the bundle endpoint's host:port, reserved
+	ca       *caserver.Server
+	agent    *agent.Agent
+	wlSock   string
+	sdsSock  string
+	logs     *testkit.LogRecorder // the CA's
+}
+
+// newMesh creates td's self-signed root (the one the CA will load) and
+// reserves its bundle endpoint's port, so that the other mesh can be
+// configured with both before either CA starts.
+func newMesh(t *testing.T, td string) *mesh {
+	t.Helper()
+	m := &mesh{td: spiffeid.RequireTrustDomainFromString(td), dir: t.TempDir(), logs: testkit.NewLogRecorder()}
+	if _, err := keystore.LoadOrCreateSelfSigned(keystore.SelfSignedConfig{Dir: m.dir, TrustDomain: td, KeyType: certs.ECP256}); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.endpoint = ln.Addr().String()
+	ln.Close()
+	return m
+}
+
+// newCA builds the CA of m federating with peer (not started).
+func (m *mesh) newCA(t *testing.T, peer *mesh) *devissuer.Issuer {
+	t.Helper()
+	iss, err := devissuer.LoadOrCreate(m.dir, "https://issuer."+m.td.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ca, err = caserver.New(caserver.Config{
+		Listen: "127.0.0.1:0", TrustDomain: m.td, StateDir: m.dir,
+		JWTIssuer: iss.Issuer(), JWKSFile: filepath.Join(m.dir, devissuer.JWKSFile),
+		BundleEndpoint: federation.EndpointConfig{Listen: m.endpoint},
+		FederateWith: []federation.Peer{{
+			TrustDomain: peer.td, URL: "https://" + peer.endpoint + "/", Profile: federation.ProfileSPIFFE,
+			EndpointID: federation.EndpointID(peer.td), BundleFile: filepath.Join(peer.dir, keystore.RootCertFile),
+		}},
+		Logger: m.logs.Logger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return iss
+}
+
+// startAgent runs m's agent for ns/sa, once its CA holds the peer's bundle.
+func (m *mesh) startAgent(t *testing.T, iss *devissuer.Issuer, ns, sa string) {
+	t.Helper()
+	tok, err := iss.Mint(ns, sa, []string{"istio-ca"}, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(m.dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := testkit.ShortDir(t)
+	m.wlSock, m.sdsSock = filepath.Join(sock, "wl.sock"), filepath.Join(sock, "sds.sock")
+	m.agent = testkit.RunAgent(t, agent.Config{
+		CAAddr: m.ca.Addr().String(), CARootFile: filepath.Join(m.dir, keystore.RootCertFile), TokenFile: tokenFile,
+		TrustDomain: m.td, SDSSocket: m.sdsSock, WorkloadAPISocket: m.wlSock,
+	})
+}
+
+// waitFederated waits until m's CA fetched the other trust domain's bundle.
+func (m *mesh) waitFederated(t *testing.T) {
+	t.Helper()
+	m.logs.WaitFor(t, "federated bundle updated", 1)
+	if st := m.ca.Federation(); len(st) != 1 || st[0].LastSuccess.IsZero() || st[0].Sequence == 0 {
+		t.Fatalf("%s: federation status %+v", m.td, st)
+	}
+}
+
+func (m *mesh) source(t *testing.T) *workloadapi.X509Source {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	src, err := workloadapi.NewX509Source(ctx, workloadapi.WithClientOptions(workloadapi.WithAddr("unix://"+m.wlSock)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	return src
+}
+
+// Issue 31: two meshid meshes, a.example and b.example, each serving its
+// bundle over https_spiffe and federating with the other: a workload of A
+// and one of B complete mTLS using only what their agents serve (go-spiffe
+// Workload API clients, each authorizing the other trust domain), and an
+// SDS-configured client of A (default + ROOTCA_FEDERATED) reaches B's
+// workload too. Neither mesh's roots are filed under the other's name.
+func TestFederationBetweenTwoMeshes(t *testing.T) {
+	a, b := newMesh(t, "a.example"), newMesh(t, "b.example")
+	issA, issB := a.newCA(t, b), b.newCA(t, a)
+	for _, m := range []*mesh{a, b} {
+		if err := m.ca.Listen(); err != nil { // both endpoints bound before either fetches
+			t.Fatal(err)
+		}
+	}
+	testkit.Run(t, "CAs", a.ca.Run, b.ca.Run)
+	a.waitFederated(t)
+	b.waitFederated(t)
+	a.startAgent(t, issA, "shop", "frontend")
+	b.startAgent(t, issB, "pay", "ledger")
+	srcA, srcB := a.source(t), b.source(t)
+
+	// Each agent serves the other domain's roots under its own name only.
+	for _, c := range []struct {
+		src       *workloadapi.X509Source
+		own, peer *mesh
+	}{{srcA, a, b}, {srcB, b, a}} {
+		peerBundle := waitBundle(t, c.src, c.peer.td)
+		ownBundle, _ := c.src.GetX509BundleForTrustDomain(c.own.td)
+		if !sameCerts(peerBundle.X509Authorities(), c.peer.ca.Authority().Bundle().Roots) || !sameCerts(ownBundle.X509Authorities(), c.own.ca.Authority().Bundle().Roots) {
+			t.Fatalf("%s's agent: the trust domains' roots are mixed up", c.own.td)
+		}
+	}
+
+	idB, _ := spiffeid.FromPath(b.td, "/ns/pay/sa/ledger")
+	// B serves, authorizing members of a.example; A dials, authorizing b.example.
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", tlsconfig.MTLSServerConfig(srcB, srcB, tlsconfig.AuthorizeMemberOf(a.td)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go echo(ln)
+	if saw, err := dialEcho(ln.Addr().String(), tlsconfig.MTLSClientConfig(srcA, srcA, tlsconfig.AuthorizeMemberOf(b.td))); err != nil || saw != idB {
+		t.Fatalf("A to B over the Workload API: saw %s, %v", saw, err)
+	}
+	// A client that authorizes only its own trust domain refuses B.
+	if _, err := dialEcho(ln.Addr().String(), tlsconfig.MTLSClientConfig(srcA, srcA, tlsconfig.AuthorizeMemberOf(a.td))); err == nil {
+		t.Fatal("A accepted B while authorizing only a.example")
+	}
+
+	// The SDS side: what Envoy would be given (default, and
+	// ROOTCA_FEDERATED with one trust bundle per domain).
+	cert, bundles := sdsFederated(t, a.sdsSock)
+	if len(bundles) != 2 || !sameCerts(bundles[b.td.Name()], b.ca.Authority().Bundle().Roots) || !sameCerts(bundles[a.td.Name()], a.ca.Authority().Bundle().Roots) {
+		t.Fatalf("ROOTCA_FEDERATED: %d trust domains", len(bundles))
+	}
+	set := x509bundle.NewSet()
+	for td, roots := range bundles {
+		set.Add(x509bundle.FromX509Authorities(spiffeid.RequireTrustDomainFromString(td), roots))
+	}
+	sdsClient := tlsconfig.MTLSClientConfig(x509svidSource{cert}, set, tlsconfig.AuthorizeID(idB))
+	if saw, err := dialEcho(ln.Addr().String(), sdsClient); err != nil || saw != idB {
+		t.Fatalf("A's SDS client to B: saw %s, %v", saw, err)
+	}
+}
+
+// waitBundle waits until src holds td's bundle: the agent asks its CA
+// for the federated bundles as it starts, beside its first certificate.
+func waitBundle(t *testing.T, src *workloadapi.X509Source, td spiffeid.TrustDomain) *x509bundle.Bundle {
+	t.Helper()
+	timeout := time.After(guard)
+	for {
+		if b, err := src.GetX509BundleForTrustDomain(td); err == nil {
+			return b
+		}
+		select {
+		case <-src.Updated():
+		case <-timeout:
+			t.Fatalf("no bundle of %s from the Workload API within %v", td, guard)
+		}
+	}
+}
+
+type x509svidSource struct{ svid *x509svid.SVID }
+
+func (s x509svidSource) GetX509SVID() (*x509svid.SVID, error) { return s.svid, nil }
+
+func echo(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			buf := make([]byte, 4)
+			if _, err := io.ReadFull(c, buf); err == nil {
+				c.Write(buf)
+			}
+		}()
+	}
+}
+
+// dialEcho connects with cfg, exchanges one message and returns the
+// server's SPIFFE ID.
+func dialEcho(addr string, cfg *tls.Config) (spiffeid.ID, error) {
+	d := tls.Dialer{Config: cfg}
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return spiffeid.ID{}, err
+	}
+	defer conn.Close()
+	tc := conn.(*tls.Conn)
+	id, err := x509svid.IDFromCert(tc.ConnectionState().PeerCertificates[0])
+	if err != nil {
+		return id, err
+	}
+	if _, err := tc.Write([]byte("ping")); err != nil {
+		return id, err
+	}
+	buf := make([]byte, 4)
+	_, err = io.ReadFull(tc, buf)
+	return id, err
+}
+
+// sdsFederated asks the agent's SDS socket for default and
+// ROOTCA_FEDERATED, as Envoy would, and returns the SVID and the SPIFFE
+// validator's trust bundles by trust domain name.
+func sdsFederated(t *testing.T, sock string) (*x509svid.SVID, map[string][]*x509.Certificate) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	names := []string{secretcache.DefaultName, secretcache.FederatedRootName}
+	resp, err := secretv3.NewSecretDiscoveryServiceClient(testkit.DialUnix(t, sock)).FetchSecrets(ctx, &discoveryv3.DiscoveryRequest{
+		Node: &corev3.Node{Id: "sidecar~10.0.0.1~frontend.shop~shop.svc.cluster.local"}, ResourceNames: names, TypeUrl: testkit.SecretTypeURL,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var svid *x509svid.SVID
+	bundles := map[string][]*x509.Certificate{}
+	for _, r := range resp.GetResources() {
+		var s tlsv3.Secret
+		if err := r.UnmarshalTo(&s); err != nil {
+			t.Fatal(err)
+		}
+		switch s.GetName() {
+		case secretcache.DefaultName:
+			tc := s.GetTlsCertificate()
+			if svid, err = x509svid.Parse(tc.GetCertificateChain().GetInlineBytes(), tc.GetPrivateKey().GetInlineBytes()); err != nil {
+				t.Fatal(err)
+			}
+		case secretcache.FederatedRootName:
+			custom := s.GetValidationContext().GetCustomValidatorConfig()
+			if custom.GetName() != "envoy.tls.cert_validator.spiffe" {
+				t.Fatalf("ROOTCA_FEDERATED validator %q", custom.GetName())
+			}
+			var vc tlsv3.SPIFFECertValidatorConfig
+			if err := custom.GetTypedConfig().UnmarshalTo(&vc); err != nil {
+				t.Fatal(err)
+			}
+			for _, td := range vc.GetTrustDomains() {
+				cs, err := certs.ParseCertificates(td.GetTrustBundle().GetInlineBytes())
+				if err != nil {
+					t.Fatal(err)
+				}
+				bundles[td.GetName()] = cs
+			}
+		}
+	}
+	if svid == nil || len(bundles) == 0 {
+		t.Fatalf("SDS answered %d resources without default or ROOTCA_FEDERATED", len(resp.GetResources()))
+	}
+	return svid, bundles
+}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
 
+	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/keystore"
@@ -34,14 +36,15 @@ import (
 // mesh is one trust domain: its CA (bundle endpoint on, federating with the
 // other mesh over https_spiffe) and one agent with the Workload API.
 type mesh struct {
-	td       spiffeid.TrustDomain
-	dir      string
-	endpoint string // the bundle endpoint's host:port, reserved
-	ca       *caserver.Server
-	agent    *agent.Agent
-	wlSock   string
-	sdsSock  string
-	logs     *testkit.LogRecorder // the CA's
+	td        spiffeid.TrustDomain
+	dir       string
+	endpoint  string // the bundle endpoint's host:port, reserved
+	ca        *caserver.Server
+	agent     *agent.Agent
+	wlSock    string
+	sdsSock   string
+	logs      *testkit.LogRecorder // the CA's
+	adminSock string
 }
 
 // newMesh creates td's self-signed root (the one the CA will load) and
@@ -50,6 +53,7 @@ type mesh struct {
 func newMesh(t *testing.T, td string) *mesh {
 	t.Helper()
 	m := &mesh{td: spiffeid.RequireTrustDomainFromString(td), dir: t.TempDir(), logs: testkit.NewLogRecorder()}
+	m.adminSock = filepath.Join(testkit.ShortDir(t), "admin.sock")
 	if _, err := keystore.LoadOrCreateSelfSigned(keystore.SelfSignedConfig{Dir: m.dir, TrustDomain: td, KeyType: certs.ECP256}); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +74,7 @@ func (m *mesh) newCA(t *testing.T, peer *mesh) *devissuer.Issuer {
 		t.Fatal(err)
 	}
 	m.ca, err = caserver.New(caserver.Config{
-		Listen: "127.0.0.1:0", TrustDomain: m.td, StateDir: m.dir,
+		Listen: "127.0.0.1:0", TrustDomain: m.td, StateDir: m.dir, AdminSocket: m.adminSock,
 		JWTIssuer: iss.Issuer(), JWKSFile: filepath.Join(m.dir, devissuer.JWKSFile),
 		BundleEndpoint: federation.EndpointConfig{Listen: m.endpoint},
 		FederateWith: []federation.Peer{{
@@ -113,6 +117,18 @@ func (m *mesh) waitFederated(t *testing.T) {
 	}
 }
 
+// adminStatus is what `meshid inspect --ca` prints of m's CA.
+func (m *mesh) adminStatus(t *testing.T, sock string) string {
+	t.Helper()
+	st, err := admin.NewClient(sock, guard).Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	st.Format(&out, time.Now())
+	return out.String()
+}
+
 func (m *mesh) source(t *testing.T) *workloadapi.X509Source {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), guard)
@@ -142,6 +158,10 @@ func TestFederationBetweenTwoMeshes(t *testing.T) {
 	testkit.Run(t, "CAs", a.ca.Run, b.ca.Run)
 	a.waitFederated(t)
 	b.waitFederated(t)
+	// The operator's view (meshid inspect --ca, the admin socket).
+	if out := a.adminStatus(t, a.adminSock); !strings.Contains(out, "federation: 1 trust domain(s)") || !strings.Contains(out, "b.example  https://"+b.endpoint+"/ (https_spiffe)  refreshed") {
+		t.Fatalf("inspect --ca of A:\n%s", out)
+	}
 	a.startAgent(t, issA, "shop", "frontend")
 	b.startAgent(t, issB, "pay", "ledger")
 	srcA, srcB := a.source(t), b.source(t)

@@ -1,9 +1,14 @@
 package federation_test
 
 import (
+	"crypto"
+	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -335,5 +340,86 @@ func TestFederatorRefusesBadBundles(t *testing.T) {
 	}
 	if strings.Contains(logs.All(), "PRIVATE KEY") {
 		t.Error("a key reached the log")
+	}
+}
+
+// webCert writes a serving certificate for 127.0.0.1 signed by root to
+// certFile and keyFile, and returns it.
+func webCert(t *testing.T, root *x509.Certificate, rootKey crypto.Signer, certFile, keyFile string, serial int64) *x509.Certificate {
+	t.Helper()
+	key := testkit.Key(t, certs.ECP256)
+	leaf := testkit.Certificate(t, &x509.Certificate{
+		SerialNumber: big.NewInt(serial), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature,
+	}, root, key.Public(), rootKey)
+	keyPEM, err := certs.EncodePrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, certs.EncodeCertificates(leaf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return leaf
+}
+
+// An https_web endpoint presents its certificate files, and the new ones
+// once they change (checked at most every 10 s on the clock); the
+// Federator's https_web profile verifies it with ca-file's roots.
+func TestEndpointWebCertificateReloads(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	authority := testkit.NewAuthority(t, tdA, clk, nil)
+	root, rootKey := testkit.Root(t, certs.CASpec{Subject: pkix.Name{CommonName: "web root"}, NotBefore: time.Now().Add(-time.Hour), TTL: 24 * time.Hour})
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	first := webCert(t, root, rootKey, certFile, keyFile, 1)
+	e, err := federation.NewEndpoint(federation.EndpointConfig{
+		Listen: "127.0.0.1:0", Profile: federation.ProfileWeb, TrustDomain: tdA, CertFile: certFile, KeyFile: keyFile,
+		Source: (&keys{roots: authority.Bundle().Roots}).source, Clock: clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Run(t, "bundle endpoint", e.Run)
+	url := "https://" + e.Addr().String() + "/"
+	pool := x509.NewCertPool()
+	pool.AddCert(root)
+	served := func() *x509.Certificate {
+		t.Helper()
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}}
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.TLS.PeerCertificates[0]
+	}
+	if got := served(); !got.Equal(first) {
+		t.Fatalf("serving serial %v, want %v", got.SerialNumber, first.SerialNumber)
+	}
+	second := webCert(t, root, rootKey, certFile, keyFile, 2)
+	if got := served(); !got.Equal(first) {
+		t.Fatal("the files were read again before the check interval")
+	}
+	clk.Add(10 * time.Second)
+	if got := served(); !got.Equal(second) {
+		t.Fatalf("serving serial %v after the change, want %v", got.SerialNumber, second.SerialNumber)
+	}
+	// A Federator with the https_web profile reads it, verifying with ca-file.
+	f, err := federation.New(federation.Config{TrustDomain: tdB, Clock: clk, Peers: []federation.Peer{{
+		TrustDomain: tdA, URL: url, Profile: federation.ProfileWeb, CAFile: writePEM(t, root),
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.RefreshOnce(t.Context(), tdA)
+	if b := f.Snapshot().Bundles[tdA]; b == nil || !b.HasX509Authority(authority.Bundle().Roots[0]) {
+		t.Fatalf("https_web fetch: %+v", f.Status())
 	}
 }

@@ -423,3 +423,46 @@ func TestEndpointWebCertificateReloads(t *testing.T) {
 		t.Fatalf("https_web fetch: %+v", f.Status())
 	}
 }
+
+// The next refresh is at the bundle's hint, a hint under 5 s counts as
+// 5 s, and a bundle without a hint is refreshed every 5 minutes.
+func TestFederatorRefreshesAtTheHint(t *testing.T) {
+	authB := testkit.NewAuthority(t, tdB, nil, nil)
+	for _, c := range []struct {
+		name string
+		hint time.Duration // 0: none
+		want time.Duration
+	}{
+		{"hint", 90 * time.Second, 90 * time.Second},
+		{"hint under 5s", time.Second, federation.MinRefresh},
+		{"no hint", 0, federation.DefaultRefresh},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Now())
+			b := spiffebundle.FromX509Authorities(tdB, authB.Bundle().Roots)
+			if c.hint > 0 {
+				b.SetRefreshHint(c.hint)
+			}
+			data, err := b.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(data) }))
+			t.Cleanup(hs.Close)
+			caFile := filepath.Join(t.TempDir(), "ca.pem")
+			os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hs.Certificate().Raw}), 0o600)
+			f, err := federation.New(federation.Config{TrustDomain: tdA, Clock: clk, Peers: []federation.Peer{{
+				TrustDomain: tdB, URL: hs.URL + "/", Profile: federation.ProfileWeb, CAFile: caFile,
+			}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			changed := f.Changed()
+			testkit.Run(t, "federator", f.Run)
+			waitChange(t, changed)
+			if d := testkit.NextDeadline(t, clk, "the refresh").Sub(clk.Now()); d != c.want {
+				t.Fatalf("next refresh in %v, want %v", d, c.want)
+			}
+		})
+	}
+}

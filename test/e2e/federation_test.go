@@ -45,6 +45,7 @@ type mesh struct {
 	sdsSock   string
 	logs      *testkit.LogRecorder // the CA's
 	adminSock string
+	hint      time.Duration // of the bundle endpoint; 0: the default
 }
 
 // newMesh creates td's self-signed root (the one the CA will load) and
@@ -76,7 +77,7 @@ func (m *mesh) newCA(t *testing.T, peer *mesh) *devissuer.Issuer {
 	m.ca, err = caserver.New(caserver.Config{
 		Listen: "127.0.0.1:0", TrustDomain: m.td, StateDir: m.dir, AdminSocket: m.adminSock,
 		JWTIssuer: iss.Issuer(), JWKSFile: filepath.Join(m.dir, devissuer.JWKSFile),
-		BundleEndpoint: federation.EndpointConfig{Listen: m.endpoint},
+		BundleEndpoint: federation.EndpointConfig{Listen: m.endpoint, RefreshHint: m.hint},
 		FederateWith: []federation.Peer{{
 			TrustDomain: peer.td, URL: "https://" + peer.endpoint + "/", Profile: federation.ProfileSPIFFE,
 			EndpointID: federation.EndpointID(peer.td), BundleFile: filepath.Join(peer.dir, keystore.RootCertFile),
@@ -105,6 +106,9 @@ func (m *mesh) startAgent(t *testing.T, iss *devissuer.Issuer, ns, sa string) {
 	m.agent = testkit.RunAgent(t, agent.Config{
 		CAAddr: m.ca.Addr().String(), CARootFile: filepath.Join(m.dir, keystore.RootCertFile), TokenFile: tokenFile,
 		TrustDomain: m.td, SDSSocket: m.sdsSock, WorkloadAPISocket: m.wlSock,
+		// A rotation's new root reaches ROOTCA (and the CA client) from
+		// root-cert.pem; the federated bundles are asked for every second.
+		CARootRefresh: time.Second, FederationRefresh: time.Second,
 	})
 }
 
@@ -149,23 +153,11 @@ func (m *mesh) source(t *testing.T) *workloadapi.X509Source {
 // workload too. Neither mesh's roots are filed under the other's name.
 func TestFederationBetweenTwoMeshes(t *testing.T) {
 	a, b := newMesh(t, "a.example"), newMesh(t, "b.example")
-	issA, issB := a.newCA(t, b), b.newCA(t, a)
-	for _, m := range []*mesh{a, b} {
-		if err := m.ca.Listen(); err != nil { // both endpoints bound before either fetches
-			t.Fatal(err)
-		}
-	}
-	testkit.Run(t, "CAs", a.ca.Run, b.ca.Run)
-	a.waitFederated(t)
-	b.waitFederated(t)
+	srcA, srcB := startMeshes(t, a, b)
 	// The operator's view (meshid inspect --ca, the admin socket).
 	if out := a.adminStatus(t, a.adminSock); !strings.Contains(out, "federation: 1 trust domain(s)") || !strings.Contains(out, "b.example  https://"+b.endpoint+"/ (https_spiffe)  refreshed") {
 		t.Fatalf("inspect --ca of A:\n%s", out)
 	}
-	a.startAgent(t, issA, "shop", "frontend")
-	b.startAgent(t, issB, "pay", "ledger")
-	srcA, srcB := a.source(t), b.source(t)
-
 	// Each agent serves the other domain's roots under its own name only.
 	for _, c := range []struct {
 		src       *workloadapi.X509Source
@@ -320,4 +312,105 @@ func sdsFederated(t *testing.T, sock string) (*x509svid.SVID, map[string][]*x509
 		t.Fatalf("SDS answered %d resources without default or ROOTCA_FEDERATED", len(resp.GetResources()))
 	}
 	return svid, bundles
+}
+
+// startMeshes starts a.example and b.example federated with each other,
+// each with an agent, and returns the agents' Workload API sources once
+// each holds the other's bundle.
+func startMeshes(t *testing.T, a, b *mesh) (srcA, srcB *workloadapi.X509Source) {
+	t.Helper()
+	issA, issB := a.newCA(t, b), b.newCA(t, a)
+	for _, m := range []*mesh{a, b} {
+		if err := m.ca.Listen(); err != nil { // both endpoints bound before either fetches
+			t.Fatal(err)
+		}
+	}
+	testkit.Run(t, "CAs", a.ca.Run, b.ca.Run)
+	a.waitFederated(t)
+	b.waitFederated(t)
+	a.startAgent(t, issA, "shop", "frontend")
+	b.startAgent(t, issB, "pay", "ledger")
+	srcA, srcB = a.source(t), b.source(t)
+	waitBundle(t, srcA, b.td)
+	waitBundle(t, srcB, a.td)
+	return srcA, srcB
+}
+
+// waitRoots waits until src's bundle of td holds n roots.
+func waitRoots(t *testing.T, src *workloadapi.X509Source, td spiffeid.TrustDomain, n int, what string) {
+	t.Helper()
+	timeout := time.After(guard)
+	for {
+		if b, err := src.GetX509BundleForTrustDomain(td); err == nil && len(b.X509Authorities()) == n {
+			return
+		}
+		select {
+		case <-src.Updated():
+		case <-timeout:
+			t.Fatalf("%s: the bundle of %s does not hold %d roots within %v", what, td, n, guard)
+		}
+	}
+}
+
+// Issue 31: B rotates its root (the existing rotation flow) while its
+// workload and A's keep talking: B's bundle endpoint serves the new root
+// as soon as it is prepared, A's CA fetches it at B's refresh hint, A's
+// agent hands it to A's workload, and every handshake across the
+// rotation, in both directions, succeeds, the last on B's new root.
+func TestFederationAcrossARootRotation(t *testing.T) {
+	a, b := newMesh(t, "a.example"), newMesh(t, "b.example")
+	b.hint = time.Second // refreshed at federation.MinRefresh (5 s)
+	srcA, srcB := startMeshes(t, a, b)
+	serve := func(src *workloadapi.X509Source, allow spiffeid.TrustDomain) string {
+		ln, err := tls.Listen("tcp", "127.0.0.1:0", tlsconfig.MTLSServerConfig(src, src, tlsconfig.AuthorizeMemberOf(allow)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go echo(ln)
+		return ln.Addr().String()
+	}
+	atB, atA := serve(srcB, a.td), serve(srcA, b.td)
+	failed := 0
+	handshakes := func(step string) {
+		t.Helper()
+		if _, err := dialEcho(atB, tlsconfig.MTLSClientConfig(srcA, srcA, tlsconfig.AuthorizeMemberOf(b.td))); err != nil {
+			failed++
+			t.Errorf("%s: A to B: %v", step, err)
+		}
+		if _, err := dialEcho(atA, tlsconfig.MTLSClientConfig(srcB, srcB, tlsconfig.AuthorizeMemberOf(a.td))); err != nil {
+			failed++
+			t.Errorf("%s: B to A: %v", step, err)
+		}
+	}
+	handshakes("before")
+	if err := b.ca.Rotation().RotateRoot(); err != nil {
+		t.Fatal(err)
+	}
+	newRoot := b.ca.Rotation().Status().Prepared
+	handshakes("prepared")
+	waitRoots(t, srcA, b.td, 2, "A's workload")
+	waitRoots(t, srcB, b.td, 2, "B's workload")
+	handshakes("both of B's roots everywhere")
+	if err := b.ca.Rotation().Activate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.agent.Manager().Rotate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(guard)
+	for {
+		if svid, err := srcB.GetX509SVID(); err == nil && svid.Certificates[len(svid.Certificates)-1].CheckSignatureFrom(newRoot) == nil {
+			break
+		}
+		select {
+		case <-srcB.Updated():
+		case <-timeout:
+			t.Fatal("B's workload did not get a certificate of the new root")
+		}
+	}
+	handshakes("B on its new root")
+	if failed != 0 {
+		t.Fatalf("%d failed handshakes across B's rotation", failed)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
+	"github.com/spiffe/go-spiffe/v2/svid/jwtsvid"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
 
@@ -184,6 +185,36 @@ func TestFederationBetweenTwoMeshes(t *testing.T) {
 	// A client that authorizes only its own trust domain refuses B.
 	if _, err := dialEcho(ln.Addr().String(), tlsconfig.MTLSClientConfig(srcA, srcA, tlsconfig.AuthorizeMemberOf(a.td))); err == nil {
 		t.Fatal("A accepted B while authorizing only a.example")
+	}
+
+	// JWT-SVIDs: B's token validates against the bundles A's agent serves,
+	// under b.example.
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	clientA, err := workloadapi.New(ctx, workloadapi.WithAddr("unix://"+a.wlSock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clientA.Close()
+	clientB, err := workloadapi.New(ctx, workloadapi.WithAddr("unix://"+b.wlSock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clientB.Close()
+	tok, err := clientB.FetchJWTSVID(ctx, jwtsvid.Params{Audience: "orders.a.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwtBundles, err := clientA.FetchJWTBundles(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := jwtsvid.ParseAndValidate(tok.Marshal(), jwtBundles, []string{"orders.a.example"}); err != nil || got.ID != idB {
+		var tds []string
+		for _, jb := range jwtBundles.Bundles() {
+			tds = append(tds, jb.TrustDomain().Name())
+		}
+		t.Fatalf("B's JWT-SVID at A (bundles of %v; A's CA holds %+v): %v, %v", tds, a.ca.Federation(), got, err)
 	}
 
 	// The SDS side: what Envoy would be given (default, and

@@ -29,6 +29,7 @@ import (
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/internal/buildinfo"
 	"github.com/meshid/meshid/internal/monitor"
+	"github.com/meshid/meshid/internal/reachability"
 )
 
 // Server is an assembled CA. With a plugged-in or self-signed root it is
@@ -49,6 +50,9 @@ type Server struct {
 	jwtKeys jwtissuer.KeySource  // the JWT-SVID signing keys
 	jwtKube *jwtsecret.Store     // nil without a cluster; the jwtKeys shared by the replicas
 	fed     *federationParts     // nil without federation (federation.go)
+	// apiserver tracks whether the local API server answers; nil without
+	// a cluster or with APIServerGrace negative.
+	apiserver *reachability.Tracker
 
 	mu        sync.Mutex
 	authority *ca.Authority
@@ -79,6 +83,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if s.secrets, err = s.remoteSecrets(); err != nil {
+		return nil, err
+	}
+	if s.apiserver, err = s.apiServerTracker(); err != nil {
 		return nil, err
 	}
 	if cfg.MonitoringListen != "" {
@@ -323,6 +330,8 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 	}
 	if s.router != nil { // TokenReview, by the cluster the request names
 		out = append(out, s.router)
+	} else { // no other cluster: a token for one is refused, as the router would
+		out = append(out, cluster.LocalOnly(cfg.ClusterID))
 	}
 	if cfg.JWKSFile != "" || cfg.JWTIssuer != "" {
 		j, err := authn.NewJWT(authn.JWTConfig{
@@ -417,8 +426,12 @@ func (s *Server) MonitoringAddr() net.Addr {
 }
 
 // Ready is the CA's readiness (/readyz): nil once it serves, and, in a
-// cluster, once the Kubernetes controller is ready.
+// cluster, once the Kubernetes controller is ready and the CA can
+// authenticate the cluster's callers (authReady).
 func (s *Server) Ready() error {
+	if err := s.authReady(); err != nil {
+		return err
+	}
 	if s.kube != nil {
 		if err := s.kube.ready(); err != nil {
 			return err
@@ -451,6 +464,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.monitor != nil {
 		g.Go(func() error { return s.monitor.Run(ctx) })
+	}
+	if s.apiserver != nil {
+		g.Go(func() error { return s.apiserver.Run(ctx) })
 	}
 	if s.kube != nil {
 		g.Go(func() error { return s.kube.run(ctx) })

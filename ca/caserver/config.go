@@ -207,6 +207,17 @@ type Config struct {
 	// (--federate-with, federation.ParsePeers).
 	FederateWith []federation.Peer
 
+	// APIServerGrace is how long the local Kubernetes API server may go
+	// without answering the CA's probe (GET /readyz every
+	// APIServerProbeInterval) before Ready reports the CA not ready,
+	// unless local token verification has synced; a replica that has
+	// never had an answer is not ready. 0 is reachability.DefaultGrace
+	// (30s); negative turns the probe and the check off.
+	APIServerGrace time.Duration
+	// APIServerProbeInterval is the time between two probes; 0 is
+	// reachability.DefaultInterval (5s).
+	APIServerProbeInterval time.Duration
+
 	// MonitoringListen is the address of /metrics /healthz /readyz. Empty
 	// disables monitoring (no default applied: cmd sets
 	// DefaultMonitoringListen).
@@ -278,6 +289,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("caserver: %w", err)
 	}
 	cfg.ClusterID = cmp.Or(cfg.ClusterID, cluster.DefaultLocalID)
+	if cfg.APIServerProbeInterval < 0 {
+		return cfg, errors.New("caserver: negative API server probe interval")
+	}
 	if cfg.KubeQPS < 0 || cfg.KubeBurst < 0 || cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0 || cfg.FirstRequestTimeout < 0 {
 		return cfg, errors.New("caserver: negative Kubernetes rate limit or connection limit")
 	}

@@ -95,6 +95,7 @@ func (s *Server) authenticate(ctx context.Context, cluster string) (*authn.Calle
 	if err != nil {
 		return nil, spiffeid.ID{}, err
 	}
+	markServed(ctx) // the connection has proved a caller: no first-request timeout
 	s.metrics.authenticated(caller.Method)
 	id, err := caller.ID(s.authority.TrustDomain())
 	if err != nil {

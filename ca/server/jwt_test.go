@@ -1,9 +1,11 @@
 package server_test
 
 import (
+	"context"
 	"crypto/tls"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spiffe/go-spiffe/v2/bundle/jwtbundle"
 	workloadpb "github.com/spiffe/go-spiffe/v2/proto/spiffe/workload"
@@ -12,10 +14,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/jwtapi"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // jwtEnv is a CA serving JWT-SVIDs, and a client of that service.
@@ -150,5 +155,80 @@ func TestMintJWTSVIDSpiffeIDLimits(t *testing.T) {
 		if st := status.Convert(err); st.Code() != tc.want || !strings.Contains(st.Message(), tc.msg) {
 			t.Errorf("spiffe_id of %d bytes: %v %q, want %v with %q", len(tc.id), st.Code(), st.Message(), tc.want, tc.msg)
 		}
+	}
+}
+
+// TestJWTSVIDNeverOutlivesItsCredential reproduces issue 28, hole 4 on the
+// real server: a JWT-SVID (5-minute TTL) minted on a token with 2 minutes
+// left, or on a client certificate with 2 minutes left, expires with that
+// credential, as the X.509 renewal rule caps a leaf (ca.Credential.Cap);
+// a token already expired but within the authenticator's 30 s clock-skew
+// leeway is Unauthenticated, naming the expiry. On c30f24e both tokens
+// expired at now + TTL, and the expired token got one.
+func TestJWTSVIDNeverOutlivesItsCredential(t *testing.T) {
+	e, c := jwtEnv(t, nil)
+	mint := func(ctx context.Context) (*jwtsvid.SVID, error) {
+		t.Helper()
+		resp, err := c.MintJWTSVID(ctx, &workloadpb.JWTSVIDRequest{Audience: []string{"orders"}})
+		if err != nil {
+			return nil, err
+		}
+		bundles, err := c.FetchJWTBundles(ctx, &workloadpb.JWTBundlesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := jwtbundle.Parse(td, bundles.Bundles[td.IDString()])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jwtsvid.ParseAndValidate(resp.Svids[0].Svid, b, []string{"orders"})
+	}
+	const left = 2 * time.Minute // less than the 5-minute TTL
+
+	now := time.Now()
+	tok, err := e.issuer.Mint("shop", "cart", []string{"istio-ca"}, left, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svid, err := mint(withToken(t.Context(), tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := now.Add(left).Truncate(time.Second); !svid.Expiry.Equal(want) {
+		t.Errorf("token with %v left: JWT-SVID expires %s, want the token's exp %s", left, svid.Expiry, want)
+	}
+
+	expired, err := e.issuer.Mint("shop", "cart", []string{"istio-ca"}, time.Minute, now.Add(-time.Minute-10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = mint(withToken(t.Context(), expired))
+	if st := status.Convert(err); st.Code() != codes.Unauthenticated || !strings.Contains(st.Message(), "the token expired at") {
+		t.Errorf("token expired 10 s ago (within the leeway): %v, want Unauthenticated naming the expiry", err)
+	}
+
+	// A client certificate with 2 minutes left, proved by a token.
+	key := testkit.Key(t, certs.ECP256)
+	resp, err := e.client(t, "localhost", nil).CreateCertificate(withToken(t.Context(), e.token(t, "shop", "cart")),
+		&securityv1alpha1.IstioCertificateRequest{Csr: csrFor(t, key, sid("shop", "cart"), nil), ValidityDuration: int64(left / time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := verifyChain(t, resp.CertChain, e.authority.Bundle().Roots, 0, sid("shop", "cart").String())
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		RootCAs: e.pool(), ServerName: "localhost",
+		Certificates: []tls.Certificate{{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf}},
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c = jwtapi.NewClient(conn)
+	svid, err = mint(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !svid.Expiry.Equal(leaf.NotAfter) {
+		t.Errorf("client certificate with %v left: JWT-SVID expires %s, want the certificate's NotAfter %s", left, svid.Expiry, leaf.NotAfter)
 	}
 }

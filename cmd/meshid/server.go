@@ -24,6 +24,7 @@ import (
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/cmd/internal/cli"
+	"github.com/meshid/meshid/internal/reachability"
 )
 
 // serverFlags are the flags of `meshid server` (docs/architecture.md).
@@ -57,6 +58,7 @@ type serverFlags struct {
 	maxConnections      int
 	maxConnectionsPerIP int
 	firstRequestTimeout time.Duration
+	apiServerGrace      time.Duration
 	servingTTL          time.Duration
 	jwtSVIDTTL          time.Duration
 	jwtKeyLifetime      time.Duration
@@ -108,7 +110,8 @@ func (f *serverFlags) registerHardening(fs *pflag.FlagSet) {
 	fs.StringVar(&f.tokenVerification, "token-verification", string(boundtoken.DefaultMode), "who verifies the cluster's bound service-account tokens: auto (in the CA once the issuer's keys are discovered and the pod and service-account informers synced, TokenReview until then) | local | tokenreview (see SECURITY.md)")
 	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "connections open at once on --listen")
 	fs.IntVar(&f.maxConnectionsPerIP, "max-connections-per-ip", server.DefaultMaxConnectionsPerIP, "connections open at once from one peer IP")
-	fs.DurationVar(&f.firstRequestTimeout, "first-request-timeout", server.DefaultFirstRequestTimeout, "close a connection that has not begun a request by then (TLS handshake included)")
+	fs.DurationVar(&f.firstRequestTimeout, "first-request-timeout", server.DefaultFirstRequestTimeout, "close a connection on which no call has authenticated by then (TLS handshake included; calls without credentials do not count)")
+	fs.DurationVar(&f.apiServerGrace, "apiserver-readiness-grace", reachability.DefaultGrace, "with a Kubernetes client, /readyz says not ready once the API server has not answered the CA's probe (its GET /readyz, every 5s) for this long, unless local token verification has synced; a replica never answered since its start is not ready (negative = no check)")
 	fs.DurationVar(&f.servingTTL, "serving-ttl", server.DefaultServingTTL, "lifetime of the CA's own serving certificate (independent of --max-ttl)")
 	fs.DurationVar(&f.jwtSVIDTTL, "jwt-svid-ttl", jwtissuer.DefaultTTL, "lifetime of the JWT-SVIDs the CA mints (at most 1h)")
 	fs.DurationVar(&f.jwtKeyLifetime, "jwt-key-lifetime", jwtkeys.DefaultLifetime, "how long one JWT-SVID signing key signs, and is published before it does (10m to 720h)")
@@ -159,6 +162,7 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 		MaxConnections:       f.maxConnections,
 		MaxConnectionsPerIP:  f.maxConnectionsPerIP,
 		FirstRequestTimeout:  f.firstRequestTimeout,
+		APIServerGrace:       f.apiServerGrace,
 		ServingTTL:           f.servingTTL,
 		JWTSVIDTTL:           f.jwtSVIDTTL,
 		JWTKeyLifetime:       f.jwtKeyLifetime,

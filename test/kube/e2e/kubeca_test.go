@@ -132,7 +132,8 @@ func sameCerts(a, b []*x509.Certificate) bool {
 	return slices.EqualFunc(a, b, (*x509.Certificate).Equal)
 }
 
-// deployRBAC applies deploy/'s namespace, ServiceAccount and RBAC for real,
+// deployRBAC applies deploy/'s namespace, ServiceAccount and RBAC (without
+// local verification's, 15-local-verification.yaml) for real,
 // and returns a kubeconfig that authenticates as that ServiceAccount.
 func deployRBAC(t *testing.T) string {
 	t.Helper()
@@ -141,7 +142,7 @@ func deployRBAC(t *testing.T) string {
 	var n int
 	for _, m := range loadManifests(t) {
 		if strings.HasPrefix(m.file, nodeModeDir) || strings.HasPrefix(m.file, localVerificationDir) {
-			continue // opt-in RBAC (TestNodeModeRBAC, TestLocalVerificationRBAC)
+			continue // opt-in RBAC (TestNodeModeRBAC), local verification's (TestLocalVerificationRBAC)
 		}
 		switch m.obj.GetKind() {
 		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":

@@ -59,6 +59,10 @@ type Config struct {
 	ServiceAccountKeyType string
 	// StaticTokens become --token-auth-file.
 	StaticTokens []StaticToken
+	// NodeAuthorization runs the API server with the Node authorizer
+	// before RBAC and the NodeRestriction admission plugin, so that the
+	// clients of NodeConfig are judged as kubelets.
+	NodeAuthorization bool
 	// ExtraArgs are appended to the kube-apiserver command line.
 	ExtraArgs []string
 	// StartTimeout bounds each wait for readiness; 0 means 2 minutes.
@@ -214,7 +218,6 @@ func (c *Cluster) configureProcesses() error {
 		"--tls-cert-file=" + c.path("serving.crt"),
 		"--tls-private-key-file=" + c.path("serving.key"),
 		"--client-ca-file=" + c.path("ca.crt"),
-		"--authorization-mode=RBAC",
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--disable-admission-plugins=ServiceAccount",
 		"--service-account-key-file=" + c.path("sa.pub"),
@@ -235,7 +238,7 @@ func (c *Cluster) configureProcesses() error {
 		name:    "kube-apiserver",
 		path:    filepath.Join(c.cfg.BinDir, "kube-apiserver"),
 		logPath: c.path("kube-apiserver.log"),
-		args:    append(args, c.cfg.ExtraArgs...),
+		args:    slices.Concat(args, authorizationArgs(c.cfg), c.cfg.ExtraArgs),
 	}
 	c.admin = &rest.Config{
 		Host: c.host,

@@ -140,58 +140,74 @@ func (m *Manager) pollFederation(ctx context.Context) {
 		m.log.Warn("federated bundles: the CA's answer failed; keeping the current ones", "error", err)
 		return
 	}
-	bundles, version, err := parseFederated(raw, f.own)
+	bundles, jwtTDs, version, err := parseFederated(raw, f.own)
 	if err != nil {
 		m.log.Warn("federated bundles refused; keeping the current ones", "error", err)
 		return
 	}
 	f.mu.Lock()
-	same := version == f.version
-	if !same {
+	changed := version != f.version
+	if changed {
 		f.bundles, f.version = bundles, version
 	}
 	f.mu.Unlock()
-	if same {
+	if changed {
+		m.log.Info("federated bundles updated", "trust_domains", len(bundles), "version", version)
+		m.rebuildFederated()
+	}
+	m.syncJWTBundle(ctx, jwtTDs, changed)
+}
+
+// syncJWTBundle fetches the CA's JWT bundle again, when it is in use, if
+// the federated bundles changed or if it lacks the JWT keys of a federated
+// trust domain that has some (the CA adds them to its JWT bundle): now,
+// rather than at the JWT bundle's own, longer refresh.
+func (m *Manager) syncJWTBundle(ctx context.Context, jwtTDs []string, changed bool) {
+	if m.jwt == nil {
 		return
 	}
-	m.log.Info("federated bundles updated", "trust_domains", len(bundles), "version", version)
-	m.rebuildFederated()
-	// The federated JWT keys come with the CA's JWT bundle: refresh it now
-	// when it is in use, rather than at its own (longer) refresh.
-	if m.jwt != nil {
-		if cur := m.jwt.bundle.Load(); cur != nil {
-			_, _ = m.jwt.fetchBundle(ctx, cur, true)
-		}
+	cur := m.jwt.bundle.Load()
+	if cur == nil {
+		return
+	}
+	missing := slices.ContainsFunc(jwtTDs, func(id string) bool { return cur.Raw[id] == nil })
+	if changed || missing {
+		_, _ = m.jwt.fetchBundle(ctx, cur, true)
 	}
 }
 
 // parseFederated parses the CA's answer: each trust domain's x509-svid
-// roots (a domain without any is left out), and a version hashed over it
-// all. The mesh's own trust domain is refused: domains are never merged.
-func parseFederated(raw map[string][]byte, own spiffeid.TrustDomain) (map[spiffeid.TrustDomain][]*x509.Certificate, string, error) {
+// roots (a domain without any is left out), the SPIFFE IDs of the trust
+// domains with jwt-svid keys, and a version hashed over it all. The mesh's
+// own trust domain is refused: domains are never merged.
+func parseFederated(raw map[string][]byte, own spiffeid.TrustDomain) (map[spiffeid.TrustDomain][]*x509.Certificate, []string, string, error) {
 	if len(raw) > MaxFederatedTrustDomains {
-		return nil, "", fmt.Errorf("secretcache: %d federated trust domains, more than %d", len(raw), MaxFederatedTrustDomains)
+		return nil, nil, "", fmt.Errorf("secretcache: %d federated trust domains, more than %d", len(raw), MaxFederatedTrustDomains)
 	}
 	if len(raw) == 0 {
-		return nil, "", nil // no federation: the version of none
+		return nil, nil, "", nil // no federation: the version of none
 	}
 	keys := slices.Sorted(maps.Keys(raw))
 	h := sha256.New()
 	out := map[spiffeid.TrustDomain][]*x509.Certificate{}
+	var jwtTDs []string
 	for _, k := range keys {
 		td, err := spiffeid.TrustDomainFromString(k)
 		if err != nil {
-			return nil, "", fmt.Errorf("secretcache: federated bundle key %q: %w", k, err)
+			return nil, nil, "", fmt.Errorf("secretcache: federated bundle key %q: %w", k, err)
 		}
 		if td == own {
-			return nil, "", fmt.Errorf("secretcache: a federated bundle for the mesh's own trust domain %s", td.Name())
+			return nil, nil, "", fmt.Errorf("secretcache: a federated bundle for the mesh's own trust domain %s", td.Name())
 		}
 		b, err := spiffebundle.Parse(td, raw[k])
 		if err != nil {
-			return nil, "", fmt.Errorf("secretcache: federated bundle of %s: %w", td.Name(), err)
+			return nil, nil, "", fmt.Errorf("secretcache: federated bundle of %s: %w", td.Name(), err)
 		}
 		if roots := b.X509Authorities(); len(roots) > 0 {
 			out[td] = roots
+		}
+		if len(b.JWTAuthorities()) > 0 {
+			jwtTDs = append(jwtTDs, td.IDString())
 		}
 		fmt.Fprintf(h, "%d:%s%d:", len(k), k, len(raw[k]))
 		h.Write(raw[k])
@@ -199,5 +215,5 @@ func parseFederated(raw map[string][]byte, own spiffeid.TrustDomain) (map[spiffe
 	if len(out) == 0 {
 		out = nil
 	}
-	return out, hex.EncodeToString(h.Sum(nil))[:16], nil
+	return out, jwtTDs, hex.EncodeToString(h.Sum(nil))[:16], nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/kube/election"
 	"github.com/meshid/meshid/ca/kube/jwtsecret"
+	"github.com/meshid/meshid/ca/kube/podcert"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/ca/server"
@@ -53,6 +54,7 @@ type Server struct {
 	// apiserver tracks whether the local API server answers; nil without
 	// a cluster or with APIServerGrace negative.
 	apiserver *reachability.Tracker
+	podCert   *podcert.Controller // nil unless PodCertificateSigner
 
 	mu        sync.Mutex
 	authority *ca.Authority
@@ -110,6 +112,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if s.fed, err = s.newFederation(); err != nil {
+		return nil, err
+	}
+	if s.podCert, err = s.podCertificates(); err != nil {
 		return nil, err
 	}
 	if cfg.KubeCASecret {
@@ -491,6 +496,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	for _, run := range s.fed.runs() {
 		g.Go(func() error { return run(ctx) })
+	}
+	if s.podCert != nil {
+		g.Go(func() error { return s.podCert.Run(ctx) })
 	}
 	if s.kube != nil && s.cfg.KubeCASecret {
 		b, err := s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)

@@ -137,6 +137,12 @@ type Config struct {
 	// RootConfigMapNamespaces selects the namespaces that get the root
 	// ConfigMap; nil is all but kube-system, kube-public, kube-node-lease.
 	RootConfigMapNamespaces labels.Selector
+	// PodCertificateSigner, when set, makes the CA the signer of that name
+	// (e.g. meshid.io/workload) for Kubernetes PodCertificateRequests and
+	// publishes its roots as a ClusterTrustBundle of that signer
+	// (ca/kube/podcert, docs/pod-certificates.md). Empty is off. It needs
+	// a client from Kubeconfig or the in-cluster config.
+	PodCertificateSigner string
 	// KubeCASecret keeps the CA in a Secret of Namespace, elects a leader
 	// and publishes the root ConfigMap (ca/kube); it needs a client.
 	KubeCASecret bool

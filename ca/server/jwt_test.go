@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/bundle/jwtbundle"
 	workloadpb "github.com/spiffe/go-spiffe/v2/proto/spiffe/workload"
 	"github.com/spiffe/go-spiffe/v2/svid/jwtsvid"
@@ -16,6 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
@@ -230,5 +233,79 @@ func TestJWTSVIDNeverOutlivesItsCredential(t *testing.T) {
 	}
 	if !svid.Expiry.Equal(leaf.NotAfter) {
 		t.Errorf("client certificate with %v left: JWT-SVID expires %s, want the certificate's NotAfter %s", left, svid.Expiry, leaf.NotAfter)
+	}
+}
+
+// leavingAuth authenticates a caller only once the caller has gone: a
+// TokenReview that answers after the client gave up.
+type leavingAuth struct {
+	entered chan struct{}
+	next    authn.Authenticator
+}
+
+func (l leavingAuth) Authenticate(ctx context.Context, creds authn.Credentials) (*authn.Caller, error) {
+	l.entered <- struct{}{}
+	<-ctx.Done()
+	return l.next.Authenticate(context.WithoutCancel(ctx), creds)
+}
+
+// TestNothingSignedForACallerThatLeft: a caller that gives up while its
+// credentials are being reviewed gets neither a JWT-SVID nor a certificate
+// minted for nobody (the agent's cancelled JWT flights must not turn into
+// CA work).
+func TestNothingSignedForACallerThatLeft(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	iss, err := jwtissuer.New(jwtissuer.Config{TrustDomain: td, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := leavingAuth{entered: make(chan struct{})}
+	e := newEnv(t, envOpts{
+		cfg:   func(c *server.Config) { c.JWT = iss },
+		caCfg: func(c *ca.Config) { c.Registerer = reg },
+		auths: func(e *env) []authn.Authenticator {
+			gate.next = e.srvAuth(t)
+			return []authn.Authenticator{gate}
+		},
+	})
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: e.pool(), ServerName: "localhost"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	jc, cc := jwtapi.NewClient(conn), securityv1alpha1.NewIstioCertificateServiceClient(conn)
+	served := testkit.Metric(t, reg, "meshid_ca_certificates_issued_total") // the CA's own serving certificate
+	token := e.token(t, "shop", "cart")
+	csr := csrFor(t, testkit.Key(t, certs.ECP256), sid("shop", "cart"), nil)
+	calls := map[string]func(context.Context) error{
+		"MintJWTSVID": func(ctx context.Context) error {
+			_, err := jc.MintJWTSVID(ctx, &workloadpb.JWTSVIDRequest{Audience: []string{"orders"}})
+			return err
+		},
+		"CreateCertificate": func(ctx context.Context) error {
+			_, err := cc.CreateCertificate(ctx, &securityv1alpha1.IstioCertificateRequest{Csr: string(csr)})
+			return err
+		},
+	}
+	for name, call := range calls {
+		ctx, cancel := context.WithCancel(withToken(t.Context(), token))
+		done := make(chan error, 1)
+		go func() { done <- call(ctx) }()
+		<-gate.entered
+		cancel()
+		if err := <-done; status.Code(err) != codes.Canceled {
+			t.Errorf("%s: %v, want Canceled", name, err)
+		}
+	}
+	// Stopping the server waits for its handlers (GracefulStop), so the
+	// counters below include whatever the cancelled calls went on to do.
+	if err := e.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := testkit.Metric(t, reg, "meshid_jwtsvid_issued_total"); n != 0 {
+		t.Errorf("%v JWT-SVIDs minted for callers that left, want 0", n)
+	}
+	if n := testkit.Metric(t, reg, "meshid_ca_certificates_issued_total") - served; n != 0 {
+		t.Errorf("%v certificates signed for callers that left, want 0", n)
 	}
 }

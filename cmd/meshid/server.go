@@ -19,6 +19,7 @@ import (
 	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	kubeclient "github.com/meshid/meshid/ca/kube/client"
+	"github.com/meshid/meshid/ca/kube/podcert"
 	"github.com/meshid/meshid/ca/kube/rootpublisher"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/server"
@@ -47,6 +48,7 @@ type serverFlags struct {
 	logFormat        string
 	pprof            bool
 	kubeCASecret     bool
+	podCertSigner    string
 	namespace        string
 	podName          string
 
@@ -91,6 +93,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.logFormat, "log-format", "text", cli.LogFormatUsage)
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiles at /debug/pprof/ on --monitoring-listen (performance work; keep that listener private)")
 	fs.BoolVar(&f.kubeCASecret, "kube-ca-secret", false, "keep the CA in the Secret meshid-ca (or Istio's cacerts) of --namespace, elect a leader with a Lease, and publish the istio-ca-root-cert ConfigMap to every namespace (needs a Kubernetes client)")
+	fs.StringVar(&f.podCertSigner, "pod-certificate-signer", "", "sign Kubernetes PodCertificateRequests of this signer name (e.g. meshid.io/workload) and publish the roots as its ClusterTrustBundle; empty = off (docs/pod-certificates.md; needs a Kubernetes client)")
 	fs.StringVar(&f.namespace, "namespace", caserver.DefaultNamespace, "the CA's own namespace (env POD_NAMESPACE)")
 	fs.StringVar(&f.podName, "pod-name", "", "this replica's identity for leader election (env POD_NAME; default the hostname and a random suffix)")
 	f.registerHardening(fs)
@@ -137,24 +140,25 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 		return caserver.Config{}, fmt.Errorf("--root-key-type: %w", err)
 	}
 	cfg := caserver.Config{
-		Listen:           f.listen,
-		TrustDomain:      td,
-		CADir:            f.caDir,
-		StateDir:         f.stateDir,
-		RootKeyType:      keyType,
-		DefaultTTL:       f.defaultTTL,
-		MaxTTL:           f.maxTTL,
-		ServingDNS:       f.servingDNS,
-		RateLimit:        f.rateLimit,
-		Kubeconfig:       f.kubeconfig,
-		KubeCASecret:     f.kubeCASecret,
-		Namespace:        f.namespace,
-		PodName:          f.podName,
-		TokenAudiences:   f.tokenAudiences,
-		JWTIssuer:        f.jwtIssuer,
-		JWKSFile:         f.jwksFile,
-		MonitoringListen: f.monitoringListen,
-		Pprof:            f.pprof,
+		Listen:               f.listen,
+		TrustDomain:          td,
+		CADir:                f.caDir,
+		StateDir:             f.stateDir,
+		RootKeyType:          keyType,
+		DefaultTTL:           f.defaultTTL,
+		MaxTTL:               f.maxTTL,
+		ServingDNS:           f.servingDNS,
+		RateLimit:            f.rateLimit,
+		Kubeconfig:           f.kubeconfig,
+		KubeCASecret:         f.kubeCASecret,
+		PodCertificateSigner: f.podCertSigner,
+		Namespace:            f.namespace,
+		PodName:              f.podName,
+		TokenAudiences:       f.tokenAudiences,
+		JWTIssuer:            f.jwtIssuer,
+		JWKSFile:             f.jwksFile,
+		MonitoringListen:     f.monitoringListen,
+		Pprof:                f.pprof,
 
 		CapTTLToToken:        f.capTTLToToken,
 		MaxTokenLifetime:     f.maxTokenLifetime,
@@ -185,6 +189,11 @@ func (f *serverFlags) applyParsed(cfg *caserver.Config) (err error) {
 		return fmt.Errorf("--token-verification: %w", err)
 	}
 	f.rotation.apply(cfg)
+	if cfg.PodCertificateSigner != "" {
+		if err := podcert.ValidateSignerName(cfg.PodCertificateSigner); err != nil {
+			return fmt.Errorf("--pod-certificate-signer: %w", err)
+		}
+	}
 	if cfg.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
 		return fmt.Errorf("--root-configmap-namespaces: %w", err)
 	}

@@ -132,6 +132,11 @@ func sameCerts(a, b []*x509.Certificate) bool {
 	return slices.EqualFunc(a, b, (*x509.Certificate).Equal)
 }
 
+// podCertificatesDir holds the opt-in RBAC of the pod certificate signer
+// (--pod-certificate-signer); test/kube/podcert runs the CA with it and
+// checks it is minimal.
+const podCertificatesDir = "pod-certificates/"
+
 // deployRBAC applies deploy/'s namespace, ServiceAccount and RBAC (without
 // local verification's, 15-local-verification.yaml) for real,
 // and returns a kubeconfig that authenticates as that ServiceAccount.
@@ -141,8 +146,8 @@ func deployRBAC(t *testing.T) string {
 	a := newApplier(t, cluster.AdminConfig())
 	var n int
 	for _, m := range loadManifests(t) {
-		if strings.HasPrefix(m.file, nodeModeDir) || strings.HasPrefix(m.file, localVerificationDir) {
-			continue // opt-in RBAC (TestNodeModeRBAC), local verification's (TestLocalVerificationRBAC)
+		if strings.HasPrefix(m.file, nodeModeDir) || strings.HasPrefix(m.file, localVerificationDir) || strings.HasPrefix(m.file, podCertificatesDir) {
+			continue // opt-in RBAC (TestNodeModeRBAC, test/kube/podcert), local verification's (TestLocalVerificationRBAC)
 		}
 		switch m.obj.GetKind() {
 		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":

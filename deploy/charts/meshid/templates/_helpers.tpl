@@ -81,6 +81,10 @@ as integers (YAML numbers are floats, and 1e+06 is no --max-connections). */}}
 {{- $args = append $args (printf "--%s=%v" $name $v) -}}
 {{- end -}}
 {{- end -}}
+{{- /* Pod certificates (templates/rbac-pod-certificates.yaml). */ -}}
+{{- with .Values.podCertificates.signerName -}}
+{{- $args = append $args (printf "--pod-certificate-signer=%s" .) -}}
+{{- end -}}
 {{- range $s.extraArgs -}}
 {{- $args = append $args (toString .) -}}
 {{- end -}}

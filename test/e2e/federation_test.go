@@ -152,7 +152,9 @@ func (m *mesh) source(t *testing.T) *workloadapi.X509Source {
 // and one of B complete mTLS using only what their agents serve (go-spiffe
 // Workload API clients, each authorizing the other trust domain), and an
 // SDS-configured client of A (default + ROOTCA_FEDERATED) reaches B's
-// workload too. Neither mesh's roots are filed under the other's name.
+// workload too; a JWT-SVID of B validates against the JWT bundles A's agent
+// serves. Neither mesh's roots are filed under the other's name, and A's
+// `meshid inspect --ca` view lists b.example.
 func TestFederationBetweenTwoMeshes(t *testing.T) {
 	a, b := newMesh(t, "a.example"), newMesh(t, "b.example")
 	srcA, srcB := startMeshes(t, a, b)

@@ -52,6 +52,8 @@ func newEntry(sec *secretcache.Secret) (*entry, error) {
 	e := &entry{name: sec.Name, version: sec.Version, secret: sec}
 	var s *tlsv3.Secret
 	switch {
+	case sec.Name == secretcache.FederatedRootName:
+		return newFederatedEntry(e)
 	case len(sec.Chain) > 0 && sec.Key != nil:
 		var err error
 		if s, err = envoysecret.TLSCertificate(sec.Name, sec.Chain, sec.Key); err != nil {

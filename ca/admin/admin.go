@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/net/netutil"
 
+	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/unixsock"
@@ -38,6 +39,9 @@ type Config struct {
 	// Rotation returns the CA's rotation; nil while the CA has none yet
 	// (waiting for its Kubernetes Secret): the API answers 503 then.
 	Rotation func() *rotation.Rotation
+	// Federation, when set, returns the federated trust domains' state,
+	// added to /v1/status.
+	Federation func() []federation.PeerStatus
 	// MaxConnections bounds the connections open at once; 0 takes
 	// DefaultMaxConnections.
 	MaxConnections int
@@ -66,7 +70,13 @@ func New(cfg Config) (*Server, error) {
 	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "admin", "socket", cfg.Socket)}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/status", s.handle(http.MethodGet, func(r *rotation.Rotation) (any, error) { return StatusOf(r.Status()), nil }))
+	mux.HandleFunc("/v1/status", s.handle(http.MethodGet, func(r *rotation.Rotation) (any, error) {
+		st := StatusOf(r.Status())
+		if cfg.Federation != nil {
+			st.Federation = cfg.Federation()
+		}
+		return st, nil
+	}))
 	mux.HandleFunc("/v1/activate", s.handle(http.MethodPost, func(r *rotation.Rotation) (any, error) { return s.act("activate", r.Activate, r) }))
 	mux.HandleFunc("/v1/rotate-root", s.handle(http.MethodPost, func(r *rotation.Rotation) (any, error) { return s.act("rotate-root", r.RotateRoot, r) }))
 	s.http = &http.Server{

@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/rotation"
 )
 
@@ -23,6 +24,9 @@ type Status struct {
 	NextStepAt *time.Time     `json:"next_step_at"`
 	Stuck      string         `json:"stuck"`
 	Steps      map[string]int `json:"steps"`
+	// Federation is each federated trust domain's bundle state (absent
+	// without --federate-with).
+	Federation []federation.PeerStatus `json:"federation,omitempty"`
 }
 
 // Cert names a certificate.
@@ -118,6 +122,30 @@ func (st Status) Format(w io.Writer, now time.Time) {
 			line += "  retires " + in(*r.RetireAt)
 		}
 		fmt.Fprintln(w, line)
+	}
+	st.formatFederation(w, in)
+}
+
+// formatFederation writes each federated trust domain: endpoint, last
+// refresh, sequence, roots' expiry, and the last error while failing.
+func (st Status) formatFederation(w io.Writer, in func(time.Time) string) {
+	if len(st.Federation) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "federation: %d trust domain(s)\n", len(st.Federation))
+	for _, f := range st.Federation {
+		last := "never"
+		if !f.LastSuccess.IsZero() {
+			last = in(f.LastSuccess)
+		}
+		fmt.Fprintf(w, "  %s  %s (%s)  refreshed %s  sequence %d  %d root(s)", f.TrustDomain, f.URL, f.Profile, last, f.Sequence, f.X509Roots)
+		if !f.RootsExpiry.IsZero() {
+			fmt.Fprintf(w, " expiring %s", in(f.RootsExpiry))
+		}
+		fmt.Fprintln(w)
+		if f.LastError != "" {
+			fmt.Fprintf(w, "    FAILING since %s: %s\n", in(f.LastFailure), f.LastError)
+		}
 	}
 }
 

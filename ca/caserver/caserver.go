@@ -51,6 +51,7 @@ type Server struct {
 	admin   *admin.Server        // nil without AdminSocket
 	jwtKeys jwtissuer.KeySource  // the JWT-SVID signing keys
 	jwtKube *jwtsecret.Store     // nil without a cluster; the jwtKeys shared by the replicas
+	fed     *federationParts     // nil without federation (federation.go)
 	// apiserver tracks whether the local API server answers; nil without
 	// a cluster or with APIServerGrace negative.
 	apiserver *reachability.Tracker
@@ -106,12 +107,15 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	if cfg.AdminSocket != "" {
-		s.admin, err = admin.New(admin.Config{Socket: cfg.AdminSocket, Rotation: s.Rotation, Logger: cfg.Logger})
+		s.admin, err = admin.New(admin.Config{Socket: cfg.AdminSocket, Rotation: s.Rotation, Federation: s.Federation, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
 	}
 	if err := s.newJWTKeys(); err != nil {
+		return nil, err
+	}
+	if s.fed, err = s.newFederation(); err != nil {
 		return nil, err
 	}
 	if s.podCert, err = s.podCertificates(); err != nil {
@@ -300,6 +304,7 @@ func (s *Server) build(b *keystore.Bundle) error {
 		MaxConnectionsPerIP: cfg.MaxConnectionsPerIP,
 		FirstRequestTimeout: cfg.FirstRequestTimeout,
 		JWT:                 jwtIssuer,
+		Federation:          s.fed.bundles(),
 		Clock:               cfg.Clock,
 		Logger:              cfg.Logger,
 		Registerer:          cfg.Registerer,
@@ -313,6 +318,7 @@ func (s *Server) build(b *keystore.Bundle) error {
 	}
 	s.mu.Lock()
 	s.authority, s.grpc, s.jwt = authority, grpcSrv, jwt
+	s.fed.setIssuer(jwtIssuer)
 	s.mu.Unlock()
 	return nil
 }
@@ -409,6 +415,9 @@ func (s *Server) Listen() error {
 			return err
 		}
 	}
+	if err := s.fed.listen(); err != nil {
+		return err
+	}
 	if s.monitor != nil {
 		return s.monitor.Listen()
 	}
@@ -495,6 +504,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.jwtKube != nil {
 		g.Go(func() error { return s.jwtKube.Run(ctx) })
+	}
+	for _, run := range s.fed.runs() {
+		g.Go(func() error { return run(ctx) })
 	}
 	if s.podCert != nil {
 		g.Go(func() error { return s.podCert.Run(ctx) })

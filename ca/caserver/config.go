@@ -16,6 +16,7 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/cluster"
+	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/ca/keystore"
@@ -207,6 +208,14 @@ type Config struct {
 	TrustDomainAliases []spiffeid.TrustDomain
 	// ExtraAuthenticators are tried after the configured ones (dev, tests).
 	ExtraAuthenticators []authn.Authenticator
+
+	// BundleEndpoint, when its Listen is set, serves the trust domain's
+	// SPIFFE bundle to federated trust domains (ca/federation).
+	BundleEndpoint federation.EndpointConfig
+	// FederateWith are the federated trust domains whose bundles the CA
+	// fetches, keeps (under StateDir) and hands to the agents
+	// (--federate-with, federation.ParsePeers).
+	FederateWith []federation.Peer
 
 	// APIServerGrace is how long the local Kubernetes API server may go
 	// without answering the CA's probe (GET /readyz every

@@ -88,7 +88,9 @@ func (j jwtService) FetchJWTBundles(context.Context, *workloadpb.JWTBundlesReque
 	if err != nil { // Unavailable until a replica has loaded the shared keys
 		return nil, toStatus(err)
 	}
-	return &workloadpb.JWTBundlesResponse{Bundles: map[string][]byte{j.s.authority.TrustDomain().IDString(): jwks}}, nil
+	bundles := j.s.federatedJWKS() // a fresh map: the federated trust domains' keys
+	bundles[j.s.authority.TrustDomain().IDString()] = jwks
+	return &workloadpb.JWTBundlesResponse{Bundles: bundles}, nil
 }
 
 var _ jwtapi.Server = jwtService{}

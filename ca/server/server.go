@@ -22,6 +22,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/federationapi"
 	"github.com/meshid/meshid/internal/jwtapi"
 	"github.com/meshid/meshid/internal/logs"
 )
@@ -125,6 +126,10 @@ type Config struct {
 	// each keeping the stack it grew (see DefaultStreamWorkers). Default
 	// 256; at most MaxStreamWorkers.
 	StreamWorkers int
+	// Federation, when set, holds the federated trust domains' bundles
+	// that meshid.v1.FederationService hands to the agents (and whose JWT
+	// keys FetchJWTBundles adds; see federation.go). Nil: none.
+	Federation FederatedBundles
 	// JWT, when set, serves meshid.v1.JWTSVIDService (JWT-SVIDs for the
 	// proven caller, and their JWKS; see jwt.go). Nil: not served.
 	JWT        JWTIssuer
@@ -159,6 +164,8 @@ type Server struct {
 	pem       pemCache
 	grpcOpts  []grpc.ServerOption
 	grpc      *grpc.Server // built by Run
+
+	fed FederatedBundles // nil: no federated trust domain
 
 	mu           sync.Mutex
 	ln           net.Listener
@@ -216,6 +223,7 @@ func New(cfg Config) (*Server, error) {
 		authn:     cfg.Authenticator,
 		nodeAuth:  cfg.NodeAuthorizer,
 		jwt:       cfg.JWT,
+		fed:       cfg.Federation,
 		listen:    cfg.Listen,
 		clock:     clk,
 		log:       cfg.Logger,
@@ -322,6 +330,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.jwt != nil {
 		jwtapi.Register(s.grpc, jwtService{s: s, issuer: s.jwt})
 	}
+	federationapi.Register(s.grpc, federationService{s})
 	defer s.grpc.Stop() // ends the stream workers however Run returns
 	errc := make(chan error, 1)
 	s.serveStarted.Store(true)

@@ -72,6 +72,7 @@ type serverFlags struct {
 	cluster             clusterFlags
 	rotation            rotationFlags
 	upstream            upstreamFlags
+	federation          federationFlags
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
@@ -100,6 +101,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	f.cluster.register(fs)
 	f.rotation.register(fs)
 	f.upstream.register(fs)
+	f.federation.register(fs)
 }
 
 // registerHardening adds the flags of the limits in SECURITY.md, the CA key
@@ -204,6 +206,9 @@ func (f *serverFlags) applyParsed(cfg *caserver.Config) (err error) {
 		return err
 	}
 	if err := f.upstream.apply(cfg); err != nil {
+		return err
+	}
+	if err := f.federation.apply(cfg); err != nil {
 		return err
 	}
 	if cfg.CAKey, err = pkcs11.ParseOptionalURI(f.caKey); err != nil {

@@ -54,6 +54,9 @@ type Config struct {
 	// never re-read (no default applied: cmd sets
 	// secretcache.DefaultRootRefresh, 5m).
 	CARootRefresh time.Duration
+	// FederationRefresh is how often the federated bundles are asked of
+	// the CA; 0 takes secretcache.DefaultFederationRefresh (15s).
+	FederationRefresh time.Duration
 	// MaxCARoots bounds the roots of CARoots and CARootFile, at start and
 	// at every re-read: more is a system CA bundle rather than the mesh's
 	// roots (ROOTCA would trust the public web PKI). 0 means
@@ -159,9 +162,13 @@ func (cfg Config) ManagerConfig(signer secretcache.Signer, id spiffeid.ID) (secr
 	}
 	// A signer that also mints JWT-SVIDs (caclient.Client) serves them.
 	jwtSigner, _ := signer.(secretcache.JWTSigner)
+	// And one that asks for the federated bundles (caclient.Client) serves
+	// them: ROOTCA_FEDERATED, the Workload API's federated bundles.
+	federation, _ := signer.(secretcache.FederationSource)
 	return secretcache.Config{
 		Signer:     signer,
 		JWTSigner:  jwtSigner,
+		Federation: federation,
 		ID:         id,
 		KeyType:    cfg.KeyType,
 		TTL:        cfg.CertTTL,
@@ -176,6 +183,8 @@ func (cfg Config) ManagerConfig(signer secretcache.Signer, id spiffeid.ID) (secr
 		Clock:          cfg.Clock,
 		Logger:         cfg.Logger,
 		Registerer:     cfg.Registerer,
+
+		FederationRefresh: cfg.FederationRefresh, // 0: secretcache's default
 	}, nil
 }
 

@@ -2,12 +2,15 @@ package envoysecret
 
 import (
 	"bytes"
+	"cmp"
 	"crypto"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
+	"slices"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -53,12 +56,22 @@ func ValidationContext(name string, roots []*x509.Certificate) *tlsv3.Secret {
 // SPIFFEValidator encodes a root bundle as Envoy's SPIFFE certificate
 // validator for the trust domain td.
 func SPIFFEValidator(name string, td spiffeid.TrustDomain, roots []*x509.Certificate) (*tlsv3.Secret, error) {
-	cfg, err := anypb.New(&tlsv3.SPIFFECertValidatorConfig{
-		TrustDomains: []*tlsv3.SPIFFECertValidatorConfig_TrustDomain{{
+	return SPIFFEValidatorBundles(name, map[spiffeid.TrustDomain][]*x509.Certificate{td: roots})
+}
+
+// SPIFFEValidatorBundles encodes Envoy's SPIFFE certificate validator
+// with one trust bundle per trust domain (sorted by name): Envoy picks the
+// bundle of the peer's trust domain, so the domains are never merged.
+func SPIFFEValidatorBundles(name string, bundles map[spiffeid.TrustDomain][]*x509.Certificate) (*tlsv3.Secret, error) {
+	tds := slices.SortedFunc(maps.Keys(bundles), func(a, b spiffeid.TrustDomain) int { return cmp.Compare(a.Name(), b.Name()) })
+	vc := &tlsv3.SPIFFECertValidatorConfig{}
+	for _, td := range tds {
+		vc.TrustDomains = append(vc.TrustDomains, &tlsv3.SPIFFECertValidatorConfig_TrustDomain{
 			Name:        td.Name(),
-			TrustBundle: inline(certs.EncodeCertificates(roots...)),
-		}},
-	})
+			TrustBundle: inline(certs.EncodeCertificates(bundles[td]...)),
+		})
+	}
+	cfg, err := anypb.New(vc)
 	if err != nil {
 		return nil, fmt.Errorf("envoysecret: secret %q: %w", name, err)
 	}

@@ -96,6 +96,11 @@ type Config struct {
 	// refused, like a system CA bundle; the previous roots stay); 0 means
 	// rootfile.DefaultMaxRoots.
 	MaxRoots int
+	// Federation, when set, gives the federated trust domains' bundles
+	// (caclient.Client implements it), polled every FederationRefresh (0
+	// takes DefaultFederationRefresh) into ROOTCA_FEDERATED.
+	Federation        FederationSource
+	FederationRefresh time.Duration
 	// OnRoots, when set, is called with every new ROOTCA bundle (the agent
 	// makes its CA client trust it, so that the CA's serving certificate
 	// may move to a new root).
@@ -122,6 +127,7 @@ type Manager struct {
 	log         *slog.Logger
 	metrics     *metrics
 	jwt         *jwtCache // nil without a JWTSigner
+	fed         federated // ROOTCA_FEDERATED (federated.go)
 
 	cert  atomic.Pointer[Secret] // current default, possibly expired
 	roots atomic.Pointer[Secret] // current ROOTCA
@@ -236,6 +242,9 @@ func New(cfg Config) (*Manager, error) {
 		m.jwt = newJWTCache(cfg.JWTSigner, cfg.ID, cmp.Or(cfg.MaxJWTSVIDs, DefaultMaxJWTSVIDs),
 			cmp.Or(cfg.MaxJWTFlights, DefaultMaxJWTFlights), cmp.Or(cfg.JWTBundleRefresh, DefaultJWTBundleRefresh), m.clock, m.log)
 	}
+	if err := m.fed.init(cfg); err != nil {
+		return nil, err
+	}
 	met, err := newMetrics(cfg.Registerer, m)
 	if err != nil {
 		return nil, err
@@ -285,6 +294,8 @@ func (m *Manager) Secret(ctx context.Context, name string) (*Secret, error) {
 			return r, nil
 		}
 		return nil, fmt.Errorf("%w: %s", ErrNotReady, name)
+	case kindFederatedRoot:
+		return m.federatedSecret(ctx)
 	default:
 		return m.fileSecret(name, pn)
 	}

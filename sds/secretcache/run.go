@@ -46,7 +46,13 @@ func (m *Manager) Run(ctx context.Context) error {
 			m.refreshRoots(ctx)
 		}
 	}()
+	fedDone := make(chan struct{})
+	go func() {
+		defer close(fedDone)
+		m.runFederation(ctx)
+	}()
 	m.schedule(ctx)
+	<-fedDone
 	<-done
 	<-jwtDone
 	<-rootsDone

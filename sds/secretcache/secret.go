@@ -20,6 +20,9 @@ const (
 	DefaultName = "default"
 	// RootName is the root bundle of the mesh.
 	RootName = "ROOTCA"
+	// FederatedRootName is the mesh's roots and those of every federated
+	// trust domain, one bundle per trust domain (federated.go).
+	FederatedRootName = "ROOTCA_FEDERATED"
 	// FileCertPrefix starts a file-mounted certificate name:
 	// file-cert:<cert-path>~<key-path>.
 	FileCertPrefix = "file-cert:"
@@ -55,6 +58,9 @@ type Secret struct {
 	// TrustDomain is the trust domain the secret belongs to, for the SPIFFE
 	// certificate validator.
 	TrustDomain spiffeid.TrustDomain
+	// Federated holds the roots of each federated trust domain
+	// (FederatedRootName only; Roots are then the mesh's own).
+	Federated map[spiffeid.TrustDomain][]*x509.Certificate
 	// NotAfter is the earliest expiry of the certificates held.
 	NotAfter time.Time
 }
@@ -112,6 +118,7 @@ const (
 	kindRoot
 	kindFileCert
 	kindFileRoot
+	kindFederatedRoot
 )
 
 // parsedName is a parsed resource name. For file names the paths are
@@ -140,6 +147,8 @@ func parseName(name string) (parsedName, error) {
 		return parsedName{kind: kindDefault}, nil
 	case name == RootName:
 		return parsedName{kind: kindRoot}, nil
+	case name == FederatedRootName:
+		return parsedName{kind: kindFederatedRoot}, nil
 	case strings.HasPrefix(name, FileCertPrefix):
 		cert, key, ok := strings.Cut(strings.TrimPrefix(name, FileCertPrefix), "~")
 		if ok && cert != "" && key != "" && (!clean(cert) || !clean(key)) {

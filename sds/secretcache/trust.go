@@ -52,6 +52,7 @@ func (m *Manager) rootsChanged(union []*x509.Certificate) {
 		m.onRoots(union)
 	}
 	m.publish(RootName)
+	m.rebuildFederated()
 }
 
 // refreshRoots reads RootFile at once, then again every rootRefresh until

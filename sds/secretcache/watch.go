@@ -180,6 +180,8 @@ func (m *Manager) current(name string) *Secret {
 		return m.cert.Load()
 	case RootName:
 		return m.roots.Load()
+	case FederatedRootName:
+		return m.fed.secret.Load()
 	}
 	pn, err := parseName(name)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // bundle): once available, then again after every rotation and every
 // bundle change.
 func (s *Server) FetchX509SVID(_ *workloadpb.X509SVIDRequest, stream grpc.ServerStreamingServer[workloadpb.X509SVIDResponse]) error {
-	return serve(s, stream.Context(), []string{secretcache.DefaultName, secretcache.RootName}, s.svidResponse,
+	return serve(s, stream.Context(), []string{secretcache.DefaultName, secretcache.FederatedRootName}, s.svidResponse,
 		func(r *encoded) error {
 			if err := stream.Send(r.svid); err != nil {
 				return err
@@ -33,7 +33,7 @@ func (s *Server) FetchX509SVID(_ *workloadpb.X509SVIDRequest, stream grpc.Server
 // FetchX509Bundles streams the trust bundles by trust domain: once
 // available, then again after every change.
 func (s *Server) FetchX509Bundles(_ *workloadpb.X509BundlesRequest, stream grpc.ServerStreamingServer[workloadpb.X509BundlesResponse]) error {
-	return serve(s, stream.Context(), []string{secretcache.RootName}, s.bundlesResponse,
+	return serve(s, stream.Context(), []string{secretcache.FederatedRootName}, s.bundlesResponse,
 		func(r *encoded) error {
 			if err := stream.Send(r.bundles); err != nil {
 				return err
@@ -96,15 +96,16 @@ type responses struct {
 }
 
 // secrets returns the current certificate (when withCert) and roots, or
-// nils when they do not exist yet.
+// nils when they do not exist yet. The roots are ROOTCA_FEDERATED: the
+// mesh's own (Roots) and each federated trust domain's (Federated).
 func (s *Server) secrets(ctx context.Context, withCert bool) (cert, roots *secretcache.Secret, err error) {
 	if withCert {
 		if cert, err = s.src.Secret(ctx, secretcache.DefaultName); err != nil {
 			return nil, nil, s.notReady(ctx, secretcache.DefaultName, err)
 		}
 	}
-	if roots, err = s.src.Secret(ctx, secretcache.RootName); err != nil {
-		return nil, nil, s.notReady(ctx, secretcache.RootName, err)
+	if roots, err = s.src.Secret(ctx, secretcache.FederatedRootName); err != nil {
+		return nil, nil, s.notReady(ctx, secretcache.FederatedRootName, err)
 	}
 	return cert, roots, nil
 }
@@ -157,9 +158,9 @@ func (s *Server) bundlesResponse(ctx context.Context) (*encoded, error) {
 	if td.IsZero() {
 		return nil, status.Error(codes.Internal, "trust bundle without trust domain")
 	}
-	e := &encoded{rootVersion: roots.Version, bundles: &workloadpb.X509BundlesResponse{
-		Bundles: map[string][]byte{td.IDString(): concatDER(roots.Roots)},
-	}}
+	bundles := federatedDER(roots)
+	bundles[td.IDString()] = concatDER(roots.Roots)
+	e := &encoded{rootVersion: roots.Version, bundles: &workloadpb.X509BundlesResponse{Bundles: bundles}}
 	s.x509.bundles = e
 	return e, nil
 }
@@ -183,8 +184,18 @@ func encodeSVID(cert, roots *secretcache.Secret) (*encoded, error) {
 		X509SvidKey: key,
 		Bundle:      concatDER(roots.Roots),
 	}
-	resp := &workloadpb.X509SVIDResponse{Svids: []*workloadpb.X509SVID{svid}}
+	resp := &workloadpb.X509SVIDResponse{Svids: []*workloadpb.X509SVID{svid}, FederatedBundles: federatedDER(roots)}
 	return &encoded{certVersion: cert.Version, rootVersion: roots.Version, svid: resp}, nil
+}
+
+// federatedDER returns each federated trust domain's roots (DER,
+// concatenated) keyed by trust domain SPIFFE ID, in a new map.
+func federatedDER(roots *secretcache.Secret) map[string][]byte {
+	out := make(map[string][]byte, len(roots.Federated)+1)
+	for td, cs := range roots.Federated {
+		out[td.IDString()] = concatDER(cs)
+	}
+	return out
 }
 
 func concatDER(certs []*x509.Certificate) []byte {

@@ -11,8 +11,9 @@
 //   - In process, the same assemblies the binaries run (ca/caserver, serving
 //     over real TLS on 127.0.0.1, and sds/agent, serving SDS on a real Unix
 //     socket), driven by a fake clock:
-//     rotation before expiry, a CA outage and recovery, and an mTLS handshake
-//     between two agent identities with go-spiffe's tlsconfig.
+//     rotation before expiry, a CA outage and recovery, an mTLS handshake
+//     between two agent identities with go-spiffe's tlsconfig, and two
+//     meshes of different trust domains federated over https_spiffe.
 //
 // The package itself holds no code; the tests are black-box.
 package e2e

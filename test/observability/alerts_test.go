@@ -15,10 +15,12 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/internal/clock"
 )
 
@@ -107,6 +109,7 @@ func TestAlerts(t *testing.T) {
 			// Not lost-0, which has no certificate yet (its gauge is NaN).
 			"MeshidAgentCertExpiringSoon":   {"short-0"},
 			"MeshidCAUnreachableFromAgents": {"lost-0"},
+			"MeshidFederatedBundleStale":    {"meshid-0"},
 		}},
 	}
 	fired := map[string]bool{}
@@ -181,7 +184,10 @@ func healthyTimeline(t *testing.T) (timeline, time.Time) {
 // holds a 30-minute certificate, another cannot reach its CA at all.
 func troubleTimeline(t *testing.T) timeline {
 	ctx := context.Background()
-	c := startCA(t, "meshid-0", caserver.Config{RateLimit: 1, RateBurst: 1, MaxConnectionsPerIP: 3})
+	// A federated trust domain whose bundle endpoint is gone: its bundle
+	// is never refreshed.
+	peer := federation.Peer{TrustDomain: spiffeid.RequireTrustDomainFromString("gone.example"), URL: "https://" + closedAddr(t) + "/", Profile: federation.ProfileWeb}
+	c := startCA(t, "meshid-0", caserver.Config{RateLimit: 1, RateBurst: 1, MaxConnectionsPerIP: 3, FederateWith: []federation.Peer{peer}})
 	short, shortT, _ := runAgent(t, "short-0", c.srv.Addr().String(), c.rootFile(), c.tokenFile(t, "shop", "short"), 30*time.Minute, nil)
 	if s, err := fetch(t, short); err != nil || time.Until(s.NotAfter) > 30*time.Minute {
 		t.Fatalf("short-lived agent: %v, %v", s, err)

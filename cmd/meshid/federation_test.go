@@ -1,0 +1,38 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/meshid/meshid/ca/federation"
+)
+
+// TestServerFederationFlags: the federation flags reach the Config through
+// the real command, parsed by ca/federation, and bad values are refused.
+func TestServerFederationFlags(t *testing.T) {
+	clearServerEnv(t)
+	if got := serverConfigOf(t); got.BundleEndpoint.Listen != "" || got.FederateWith != nil {
+		t.Fatalf("defaults: %+v %v", got.BundleEndpoint, got.FederateWith)
+	}
+	got := serverConfigOf(t, "--trust-domain", "a.example", "--bundle-endpoint-listen", "127.0.0.1:8443",
+		"--bundle-endpoint-profile", "https_web", "--bundle-endpoint-cert", "/c.pem", "--bundle-endpoint-key", "/k.pem",
+		"--bundle-endpoint-refresh-hint", "30s",
+		"--federate-with", "b.example=https://b.example:8443/,endpoint-id=spiffe://b.example/meshid/bundle-endpoint,bundle=/b.json",
+		"--federate-with", "spire.example=https://spire.example/,profile=https_web")
+	be := got.BundleEndpoint
+	if be.Listen != "127.0.0.1:8443" || be.Profile != federation.ProfileWeb || be.CertFile != "/c.pem" || be.KeyFile != "/k.pem" || be.RefreshHint != 30*time.Second {
+		t.Fatalf("bundle endpoint %+v", be)
+	}
+	if len(got.FederateWith) != 2 || got.FederateWith[0].BundleFile != "/b.json" || got.FederateWith[1].Profile != federation.ProfileWeb {
+		t.Fatalf("federate-with %+v", got.FederateWith)
+	}
+	for _, bad := range [][]string{
+		{"--bundle-endpoint-listen", ":1", "--bundle-endpoint-profile", "ftp"},
+		{"--federate-with", "b.example=http://b/"},
+		{"--trust-domain", "a.example", "--federate-with", "a.example=https://a/,profile=https_web"},
+	} {
+		if _, _, err := configsOf(t, append([]string{"server"}, bad...)...); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}

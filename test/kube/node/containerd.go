@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -105,7 +106,27 @@ func (n *Node) cniConfig() ([]byte, error) {
 	return b, nil
 }
 
+// createBridge makes the CNI bridge before any pod, with a fixed MAC
+// address: a Linux bridge whose address was never set takes the lowest of
+// its ports' and changes it as pods join, under the pods' ARP entries for
+// their gateway. The bridge plugin uses the bridge it finds.
+func (n *Node) createBridge() error {
+	for _, args := range [][]string{
+		{"link", "add", n.cfg.Bridge, "type", "bridge"},
+		{"link", "set", n.cfg.Bridge, "address", "02:6d:65:73:68:01"},
+		{"link", "set", n.cfg.Bridge, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("node: ip %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
 func (n *Node) startContainerd(ctx context.Context) error {
+	if err := n.createBridge(); err != nil {
+		return err
+	}
 	cni, err := n.cniConfig()
 	if err != nil {
 		return err

@@ -55,6 +55,9 @@ var (
 // boot builds the images and starts the node, the first time a test
 // needs it (a unit test of package node alone starts nothing).
 func boot() error {
+	if err := node.CheckCanRun(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "meshid-node-images-")
@@ -85,7 +88,7 @@ func boot() error {
 }
 
 // need fails t when the node did not start, with the reason.
-func need(t *testing.T) {
+func need(t testing.TB) {
 	t.Helper()
 	bootOnce.Do(func() { bootErr = boot() })
 	if bootErr != nil {

@@ -31,7 +31,7 @@ const (
 
 // helm runs the pinned helm CLI as the cluster's admin, with its homes in
 // a temporary directory.
-func helm(t *testing.T, args ...string) string {
+func helm(t testing.TB, args ...string) string {
 	t.Helper()
 	bin, err := harness.EnsureHelm()
 	if err != nil {
@@ -58,7 +58,7 @@ func helm(t *testing.T, args ...string) string {
 // Secret meshid-ca, made by the elected replica: caMode kubeCASecret) with
 // meshid's own images, imported into the node, and waits until both CA
 // replicas are Ready. Once per package run.
-func installMeshid(t *testing.T) {
+func installMeshid(t testing.TB) {
 	t.Helper()
 	if meshidInstalled {
 		return
@@ -129,7 +129,7 @@ func TestMeshidChartOnNode(t *testing.T) {
 // asks, and the Workload API, which the agent serves beside it with
 // --workload-api-socket). No DNS here: the CA's Service name resolves by
 // /etc/hosts to its ClusterIP (kube-proxy routes it).
-func sidecarPod(t *testing.T, ns, name, sa string, labels map[string]string, args ...string) *corev1.Pod {
+func sidecarPod(t testing.TB, ns, name, sa string, labels map[string]string, args ...string) *corev1.Pod {
 	t.Helper()
 	example := exampleDeployment(t)
 	spec := example.Spec.Template.Spec.DeepCopy()
@@ -152,9 +152,22 @@ func sidecarPod(t *testing.T, ns, name, sa string, labels map[string]string, arg
 		}
 	}
 	spec.Volumes = volumes
+	// The workload stands in for the example's Envoy, with its resources
+	// (a CPU request: without one its cpu.shares are the minimum, 2, and on
+	// a busy machine it is starved for seconds).
+	var proxy corev1.Container
+	for _, c := range spec.Containers {
+		if c.Name == "envoy" {
+			proxy = c
+		}
+	}
+	if proxy.Resources.Requests.Cpu().IsZero() {
+		t.Fatal("deploy/examples/agent-sidecar.yaml: its envoy container requests no CPU")
+	}
 	spec.Containers = []corev1.Container{{
 		Name: "workload", Image: workloadRef, ImagePullPolicy: corev1.PullNever,
 		Args:         args,
+		Resources:    proxy.Resources,
 		VolumeMounts: []corev1.VolumeMount{{Name: "workload-socket", MountPath: "/var/run/secrets/workload-spiffe-uds"}},
 		SecurityContext: &corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr(false), ReadOnlyRootFilesystem: ptr(true),
@@ -169,7 +182,7 @@ func sidecarPod(t *testing.T, ns, name, sa string, labels map[string]string, arg
 func ptr[T any](v T) *T { return &v }
 
 // exampleDeployment decodes the Deployment of the shipped example.
-func exampleDeployment(t *testing.T) *appsv1.Deployment {
+func exampleDeployment(t testing.TB) *appsv1.Deployment {
 	t.Helper()
 	repo, err := harness.RepoRoot()
 	if err != nil {
@@ -192,7 +205,7 @@ func exampleDeployment(t *testing.T) *appsv1.Deployment {
 	return nil
 }
 
-func caServiceIP(t *testing.T) string {
+func caServiceIP(t testing.TB) string {
 	t.Helper()
 	svc, err := cluster.Client().CoreV1().Services(caNS).Get(context.Background(), release, metav1.GetOptions{})
 	if err != nil {
@@ -235,13 +248,13 @@ func TestWorkloadIdentityAndMTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	clientLog := waitLogMatch(t, ns, "client", "workload", "handshake ok")
-	for _, want := range []string{"sds " + clientID + " roots=1", "workloadapi " + clientID, "handshake ok peer=" + serverID} {
+	for _, want := range []string{"sds " + clientID + " roots=1 at=", "workloadapi " + clientID, "handshake ok peer=" + serverID} {
 		if !strings.Contains(clientLog, want) {
 			t.Errorf("client log lacks %q:\n%s", want, clientLog)
 		}
 	}
 	serverLog := waitLogMatch(t, ns, "server", "workload", "peer ")
-	for _, want := range []string{"sds " + serverID + " roots=1", "workloadapi " + serverID, "peer " + clientID} {
+	for _, want := range []string{"sds " + serverID + " roots=1 at=", "workloadapi " + serverID, "peer " + clientID} {
 		if !strings.Contains(serverLog, want) {
 			t.Errorf("server log lacks %q:\n%s", want, serverLog)
 		}

@@ -134,7 +134,7 @@ func TestPodsNetworkAndServices(t *testing.T) {
 }
 
 // waitPodsReady waits until want pods match selector in ns and are Ready.
-func waitPodsReady(t *testing.T, ns, selector string, want int) []corev1.Pod {
+func waitPodsReady(t testing.TB, ns, selector string, want int) []corev1.Pod {
 	t.Helper()
 	var pods []corev1.Pod
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {

@@ -6,7 +6,7 @@
 // (`workload dial ADDR SERVER-ID`), counting handshakes. Output is one line
 // per event, read by the test from the pod's log:
 //
-//	sds spiffe://... roots=N
+//	sds spiffe://... roots=N at=UNIXNANO (when the SVID arrived)
 //	workloadapi spiffe://...
 //	peer spiffe://...            (serve: a client's identity)
 //	handshake ok peer=spiffe://... (dial: the first, then every 100th)
@@ -46,7 +46,7 @@ func main() {
 	if err != nil {
 		fail("sds", err)
 	}
-	fmt.Printf("sds %s roots=%d\n", leafID(secrets[0]), len(secrets[1].Roots))
+	fmt.Printf("sds %s roots=%d at=%d\n", leafID(secrets[0]), len(secrets[1].Roots), time.Now().UnixNano())
 	source, err := workloadapi.NewX509Source(ctx, workloadapi.WithClientOptions(workloadapi.WithAddr(workloadSocket)))
 	if err != nil {
 		fail("workloadapi", err)

@@ -3,7 +3,6 @@ package node_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/meshid/meshid/test/kube/harness"
@@ -220,40 +218,19 @@ func caServiceIP(t testing.TB) string {
 func TestWorkloadIdentityAndMTLS(t *testing.T) {
 	need(t)
 	installMeshid(t)
-	ctx := context.Background()
-	c := cluster.Client()
-	ns := "shop"
-	if err := cluster.EnsureNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	for _, sa := range []string{"server", "client"} {
-		if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	p := newPair(t, "shop")
 	serverID := "spiffe://cluster.local/ns/shop/sa/server"
 	clientID := "spiffe://cluster.local/ns/shop/sa/client"
-	if _, err := c.CoreV1().Pods(ns).Create(ctx, sidecarPod(t, ns, "server", "server", map[string]string{"app": "server"}, "serve", ":8443"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	if p.serverID != serverID {
+		t.Fatalf("pair's server %q", p.serverID)
 	}
-	svc, err := c.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "server"},
-		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "server"}, Ports: []corev1.ServicePort{{Port: 8443, TargetPort: intstr.FromInt32(8443)}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("%s:8443", svc.Spec.ClusterIP)
-	if _, err := c.CoreV1().Pods(ns).Create(ctx, sidecarPod(t, ns, "client", "client", nil, "dial", addr, serverID), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	clientLog := waitLogMatch(t, ns, "client", "workload", "handshake ok")
+	clientLog := waitLogMatch(t, "shop", "client", "workload", "handshake ok")
 	for _, want := range []string{"sds " + clientID + " roots=1 at=", "workloadapi " + clientID, "handshake ok peer=" + serverID} {
 		if !strings.Contains(clientLog, want) {
 			t.Errorf("client log lacks %q:\n%s", want, clientLog)
 		}
 	}
-	serverLog := waitLogMatch(t, ns, "server", "workload", "peer ")
+	serverLog := waitLogMatch(t, "shop", "server", "workload", "peer ")
 	for _, want := range []string{"sds " + serverID + " roots=1 at=", "workloadapi " + serverID, "peer " + clientID} {
 		if !strings.Contains(serverLog, want) {
 			t.Errorf("server log lacks %q:\n%s", want, serverLog)

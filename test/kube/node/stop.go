@@ -47,10 +47,12 @@ func (n *Node) Stop() error {
 	return errors.Join(errs...)
 }
 
-// drain deletes every pod at once (no grace) and waits, at most a minute,
-// until the kubelet has removed their cgroups.
+// drain deletes every pod at once (no grace) and waits, at most two
+// minutes, until the kubelet has removed their cgroups. A kubelet too slow
+// for that (100 pods on a busy machine) is not an error: the cleaner
+// removes what it left.
 func (n *Node) drain() error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := n.cluster.Client()
 	nss, err := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
@@ -61,9 +63,13 @@ func (n *Node) drain() error {
 	for _, ns := range nss.Items {
 		_ = c.CoreV1().Pods(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
 	}
-	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
 		return podCgroups() == 0, nil
 	})
+	if err != nil {
+		n.log.Warn("the kubelet had not removed every pod; cleaning up after it", "pods", podCgroups())
+	}
+	return nil
 }
 
 // podCgroups counts the pods' cgroups the kubelet keeps (pod<uid>

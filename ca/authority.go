@@ -203,13 +203,8 @@ func (a *Authority) sign(ctx context.Context, is *issuer, req Request, now time.
 	if err != nil {
 		return nil, err
 	}
-	if limit, what, ok := a.credentialLimit(req); ok {
-		if !limit.After(now) {
-			return nil, reject(reasonCredential, KindUnauthenticated, "the %s expired at %s", what, limit.UTC().Format(time.RFC3339))
-		}
-		if notAfter.After(limit) {
-			notAfter = limit
-		}
+	if notAfter, err = a.credential(req).Cap(now, notAfter); err != nil {
+		return nil, err
 	}
 	spki, err := marshalSPKI(csr.PublicKey)
 	if err != nil {
@@ -235,17 +230,15 @@ func (a *Authority) sign(ctx context.Context, is *issuer, req Request, now time.
 	return leaf, nil
 }
 
-// credentialLimit returns the time the leaf must not outlive because of the
-// credential the caller proved its identity with, if any: the presented
-// certificate of a renewal, or (with CapTTLToToken) the token's expiry.
-func (a *Authority) credentialLimit(req Request) (time.Time, string, bool) {
-	switch {
-	case req.Renewal != nil:
-		return req.Renewal.NotAfter, "presented client certificate", true
-	case a.capToToken && !req.CredentialExpiry.IsZero():
-		return req.CredentialExpiry, "token", true
+// credential is what bounds req's leaf (Credential.Cap): the presented
+// certificate of a renewal, or, with CapTTLToToken only, the token's
+// expiry (by default a leaf lives its TTL past its token, as in Istio).
+func (a *Authority) credential(req Request) Credential {
+	c := Credential{Certificate: req.Renewal}
+	if a.capToToken {
+		c.TokenExpiry = req.CredentialExpiry
 	}
-	return time.Time{}, "", false
+	return c
 }
 
 // validity returns the leaf's NotBefore (now minus the clock skew, but not

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshid/meshid/internal/metric"
+	"github.com/meshid/meshid/internal/unixsock"
 )
 
 // Reasons of meshid_agent_sds_bad_requests_total.
@@ -23,6 +24,7 @@ type metrics struct {
 	nacks   prometheus.Counter
 	stale   prometheus.Counter
 	bad     *prometheus.CounterVec
+	refused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,8 +42,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		bad: metric.CounterVec("meshid_agent_sds_bad_requests_total",
 			"SDS requests, or requested names, that could not be served, by reason.",
 			"reason", reasonTypeURL, reasonUnknownResource, reasonNoNames, reasonTooManyNames),
+		refused: metric.CounterVec("meshid_agent_sds_refused_total",
+			"SDS streams, calls and connections refused by the socket's limits, by reason.",
+			"reason", unixsock.ReasonStreams, unixsock.ReasonCalls, unixsock.ReasonConnections),
 	}
-	if err := metric.Register(reg, m.streams, m.pushes, m.acks, m.nacks, m.stale, m.bad); err != nil {
+	if err := metric.Register(reg, m.streams, m.pushes, m.acks, m.nacks, m.stale, m.bad, m.refused); err != nil {
 		return nil, fmt.Errorf("sds: register metrics: %w", err)
 	}
 	return m, nil

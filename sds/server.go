@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/logs"
@@ -46,7 +44,27 @@ const (
 	DefaultMaxResourceNames = 256
 	// DefaultShutdownTimeout bounds Run's shutdown after its context ends.
 	DefaultShutdownTimeout = 5 * time.Second
+	// DefaultMaxStreams caps the SDS streams open at once over the whole
+	// socket: an Envoy holds a handful; the agent is sized for 10,000
+	// (docs/benchmarks.md, target 3: about 14 KiB each), so the cap
+	// leaves that a fifth more room and bounds the memory streams hold
+	// (issue 28: 20,000 streams on one connection held 396 MB).
+	DefaultMaxStreams = 12288
+	// DefaultMaxCalls caps the FetchSecrets calls in progress at once.
+	DefaultMaxCalls = 256
+	// DefaultMaxConnections caps the connections open at once (an Envoy
+	// uses one; meshid-bench sds spreads 10,000 streams over 100).
+	DefaultMaxConnections = 256
 )
+
+// MaxRequestSize bounds a request message: DefaultMaxResourceNames names
+// and Envoy's node metadata fit many times over (gRPC's default is 4 MiB).
+const MaxRequestSize = 1 << 20
+
+// MaxHeaderListSize bounds a request's headers, as on every agent socket
+// (gRPC's default is 16 MiB; issue 28: 40 streams with 15 MiB headers
+// drove the agent to 1.98 GB).
+const MaxHeaderListSize = unixsock.MaxHeaderListSize
 
 // Config configures a Server.
 type Config struct {
@@ -67,6 +85,16 @@ type Config struct {
 	// its context ends; after it Run returns an error and leaves them
 	// behind. 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// MaxStreams caps the streams (StreamSecrets, DeltaSecrets) open at
+	// once; one more is refused with ResourceExhausted. 0 means
+	// DefaultMaxStreams.
+	MaxStreams int
+	// MaxCalls caps the FetchSecrets calls in progress at once; one more
+	// is refused with ResourceExhausted. 0 means DefaultMaxCalls.
+	MaxCalls int
+	// MaxConnections caps the connections open at once; one more is
+	// closed as soon as accepted. 0 means DefaultMaxConnections.
+	MaxConnections int
 
 	Logger     *slog.Logger          // nil discards logs
 	Registerer prometheus.Registerer // nil registers no metrics
@@ -92,8 +120,7 @@ type Server struct {
 
 	maxNames int
 
-	fetchWarnMu sync.Mutex
-	fetchWarns  *warnLimiter
+	fetchWarns *logs.Throttle
 }
 
 // New validates cfg and returns a Server. It starts nothing; call Listen
@@ -106,8 +133,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sds: %w", err)
 	}
-	if cfg.MaxResourceNames < 0 || cfg.ShutdownTimeout < 0 {
-		return nil, errors.New("sds: Config.MaxResourceNames and ShutdownTimeout must not be negative")
+	if cfg.MaxResourceNames < 0 || cfg.ShutdownTimeout < 0 || cfg.MaxStreams < 0 || cfg.MaxCalls < 0 || cfg.MaxConnections < 0 {
+		return nil, errors.New("sds: Config.MaxResourceNames, ShutdownTimeout, MaxStreams, MaxCalls and MaxConnections must not be negative")
 	}
 	maxNames := cfg.MaxResourceNames
 	maxNames = cmp.Or(maxNames, DefaultMaxResourceNames)
@@ -127,18 +154,27 @@ func New(cfg Config) (*Server, error) {
 		hub:     newHub(cfg.Source),
 
 		maxNames:   maxNames,
-		fetchWarns: newWarnLimiter(),
+		fetchWarns: logs.NewThrottle(),
 	}
-	s.grpc = grpc.NewServer(
-		// Stop waits for the stream handlers, which release their
-		// subscriptions, so Run leaves nothing behind.
-		grpc.WaitForHandlers(true),
-		// Proxies may ping a quiet SDS stream; do not punish them for it.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	refused := func(reason string) { m.refused.WithLabelValues(reason).Inc() }
+	// The limits of every agent socket (unixsock.NewGRPC): header list
+	// size, request size, streams per connection and over the socket,
+	// calls, connections. Stop waits for the stream handlers, which
+	// release their subscriptions, so Run leaves nothing behind.
+	s.grpc = unixsock.NewGRPC(unixsock.GRPCConfig{
+		Label: "SDS",
+		Limits: unixsock.Limits{
+			MaxRequestSize: MaxRequestSize,
+			MaxStreams:     cmp.Or(cfg.MaxStreams, DefaultMaxStreams),
+			MaxCalls:       cmp.Or(cfg.MaxCalls, DefaultMaxCalls),
+		},
+		Refused: refused,
+	})
 	secretv3.RegisterSecretDiscoveryServiceServer(s.grpc, s)
 	s.Server = unixsock.NewServer(unixsock.ServerConfig{
 		Name: "sds", Label: "SDS", Path: cfg.SocketPath, Mode: mode, Serve: s.grpc,
+		MaxConnections:  cmp.Or(cfg.MaxConnections, DefaultMaxConnections),
+		Refused:         refused,
 		ShutdownTimeout: shutdown, Clock: s.clock, Logger: log,
 	})
 	return s, nil

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // producer computes a stream's next response. nextLocked is called with the
@@ -39,7 +41,7 @@ type stream struct {
 	nodeSeen  bool   // the first request was handled
 	spiffe    bool   // root secrets in the SPIFFE validator form
 	node      string // the node ID of the first request, for logs
-	warns     *warnLimiter
+	warns     *logs.Throttle
 	wg        sync.WaitGroup
 }
 

@@ -24,11 +24,13 @@ import (
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/kube/election"
 	"github.com/meshid/meshid/ca/kube/jwtsecret"
+	"github.com/meshid/meshid/ca/kube/podcert"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/internal/buildinfo"
 	"github.com/meshid/meshid/internal/monitor"
+	"github.com/meshid/meshid/internal/reachability"
 )
 
 // Server is an assembled CA. With a plugged-in or self-signed root it is
@@ -48,6 +50,10 @@ type Server struct {
 	admin   *admin.Server        // nil without AdminSocket
 	jwtKeys jwtissuer.KeySource  // the JWT-SVID signing keys
 	jwtKube *jwtsecret.Store     // nil without a cluster; the jwtKeys shared by the replicas
+	// apiserver tracks whether the local API server answers; nil without
+	// a cluster or with APIServerGrace negative.
+	apiserver *reachability.Tracker
+	podCert   *podcert.Controller // nil unless PodCertificateSigner
 
 	mu        sync.Mutex
 	authority *ca.Authority
@@ -80,6 +86,9 @@ func New(cfg Config) (*Server, error) {
 	if s.secrets, err = s.remoteSecrets(); err != nil {
 		return nil, err
 	}
+	if s.apiserver, err = s.apiServerTracker(); err != nil {
+		return nil, err
+	}
 	if cfg.MonitoringListen != "" {
 		s.monitor, err = monitor.New(monitor.Config{
 			Listen:   cfg.MonitoringListen,
@@ -99,6 +108,9 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	if err := s.newJWTKeys(); err != nil {
+		return nil, err
+	}
+	if s.podCert, err = s.podCertificates(); err != nil {
 		return nil, err
 	}
 	if cfg.KubeCASecret {
@@ -317,6 +329,8 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 	}
 	if s.router != nil { // TokenReview, by the cluster the request names
 		out = append(out, s.router)
+	} else { // no other cluster: a token for one is refused, as the router would
+		out = append(out, cluster.LocalOnly(cfg.ClusterID))
 	}
 	if cfg.JWKSFile != "" || cfg.JWTIssuer != "" {
 		j, err := authn.NewJWT(authn.JWTConfig{
@@ -408,8 +422,12 @@ func (s *Server) MonitoringAddr() net.Addr {
 }
 
 // Ready is the CA's readiness (/readyz): nil once it serves, and, in a
-// cluster, once the Kubernetes controller is ready.
+// cluster, once the Kubernetes controller is ready and the CA can
+// authenticate the cluster's callers (authReady).
 func (s *Server) Ready() error {
+	if err := s.authReady(); err != nil {
+		return err
+	}
 	if s.kube != nil {
 		if err := s.kube.ready(); err != nil {
 			return err
@@ -443,6 +461,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.monitor != nil {
 		g.Go(func() error { return s.monitor.Run(ctx) })
 	}
+	if s.apiserver != nil {
+		g.Go(func() error { return s.apiserver.Run(ctx) })
+	}
 	if s.kube != nil {
 		g.Go(func() error { return s.kube.run(ctx) })
 	}
@@ -463,6 +484,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.jwtKube != nil {
 		g.Go(func() error { return s.jwtKube.Run(ctx) })
+	}
+	if s.podCert != nil {
+		g.Go(func() error { return s.podCert.Run(ctx) })
 	}
 	if s.kube != nil && s.cfg.KubeCASecret {
 		b, err := s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)

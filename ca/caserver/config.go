@@ -136,6 +136,12 @@ type Config struct {
 	// RootConfigMapNamespaces selects the namespaces that get the root
 	// ConfigMap; nil is all but kube-system, kube-public, kube-node-lease.
 	RootConfigMapNamespaces labels.Selector
+	// PodCertificateSigner, when set, makes the CA the signer of that name
+	// (e.g. meshid.io/workload) for Kubernetes PodCertificateRequests and
+	// publishes its roots as a ClusterTrustBundle of that signer
+	// (ca/kube/podcert, docs/pod-certificates.md). Empty is off. It needs
+	// a client from Kubeconfig or the in-cluster config.
+	PodCertificateSigner string
 	// KubeCASecret keeps the CA in a Secret of Namespace, elects a leader
 	// and publishes the root ConfigMap (ca/kube); it needs a client.
 	KubeCASecret bool
@@ -197,6 +203,17 @@ type Config struct {
 	TrustDomainAliases []spiffeid.TrustDomain
 	// ExtraAuthenticators are tried after the configured ones (dev, tests).
 	ExtraAuthenticators []authn.Authenticator
+
+	// APIServerGrace is how long the local Kubernetes API server may go
+	// without answering the CA's probe (GET /readyz every
+	// APIServerProbeInterval) before Ready reports the CA not ready,
+	// unless local token verification has synced; a replica that has
+	// never had an answer is not ready. 0 is reachability.DefaultGrace
+	// (30s); negative turns the probe and the check off.
+	APIServerGrace time.Duration
+	// APIServerProbeInterval is the time between two probes; 0 is
+	// reachability.DefaultInterval (5s).
+	APIServerProbeInterval time.Duration
 
 	// MonitoringListen is the address of /metrics /healthz /readyz. Empty
 	// disables monitoring (no default applied: cmd sets
@@ -269,6 +286,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("caserver: %w", err)
 	}
 	cfg.ClusterID = cmp.Or(cfg.ClusterID, cluster.DefaultLocalID)
+	if cfg.APIServerProbeInterval < 0 {
+		return cfg, errors.New("caserver: negative API server probe interval")
+	}
 	if cfg.KubeQPS < 0 || cfg.KubeBurst < 0 || cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0 || cfg.FirstRequestTimeout < 0 {
 		return cfg, errors.New("caserver: negative Kubernetes rate limit or connection limit")
 	}

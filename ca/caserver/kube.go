@@ -25,6 +25,10 @@ type kubeClients struct {
 	// metadata serves the bound-token verifier's informers, at the
 	// controllers' rate limit; nil with Config.KubeClient.
 	metadata metadata.Interface
+	// podcerts answers PodCertificateRequests, at the TokenReview
+	// client's rate (one status write per pod certificate, a restart
+	// storm's worth); nil unless PodCertificateSigner.
+	podcerts kubeapi.Interface
 }
 
 // newKubeClients returns cfg.KubeClient for both, clients from Kubeconfig
@@ -44,7 +48,15 @@ func newKubeClients(cfg Config) (*kubeClients, error) {
 	if err != nil {
 		return nil, fmt.Errorf("caserver: kubernetes metadata client: %w", err)
 	}
-	return &kubeClients{auth: cs.Auth, controllers: cs.Controllers, metadata: md}, nil
+	kc := &kubeClients{auth: cs.Auth, controllers: cs.Controllers, metadata: md}
+	if cfg.PodCertificateSigner != "" {
+		pc := rest.CopyConfig(cs.AuthConfig)
+		pc.UserAgent = kubeclient.DefaultUserAgent + "/podcertificates"
+		if kc.podcerts, err = kubeapi.New(pc); err != nil {
+			return nil, fmt.Errorf("caserver: pod certificate client: %w", err)
+		}
+	}
+	return kc, nil
 }
 
 // kubeStack runs the ca/kube Controller for the CA.

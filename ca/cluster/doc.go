@@ -16,6 +16,10 @@
 // with its name and key (never its contents) and shown in the
 // meshid_ca_remote_cluster_state gauge; it never stops the CA.
 //
+// A CA without a Router (no cluster client, no remote cluster) puts
+// LocalOnly first in its chain, so that a token naming any cluster but the
+// local one is refused there too.
+//
 // Every metric's cluster label takes only configured cluster IDs, the
 // local ID or "unknown", so no caller can grow the label set.
 package cluster

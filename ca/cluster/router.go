@@ -196,7 +196,7 @@ func (r *Router) Authenticate(ctx context.Context, creds authn.Credentials) (*au
 	}
 	rem := r.remote(id)
 	if rem == nil {
-		err := r.unknown(id)
+		err := unknownCluster(id, r.cfg.LocalID)
 		r.metrics.observe(UnknownLabel, r.cfg.Clock.Now().Sub(start), err)
 		return nil, authn.FinalForToken(err)
 	}
@@ -211,15 +211,6 @@ func (r *Router) Authenticate(ctx context.Context, creds authn.Credentials) (*au
 	}
 	c.Cluster = id
 	return c, nil
-}
-
-// unknown is the error for a request naming a cluster that is not
-// configured (or not valid, which no configured cluster can be).
-func (r *Router) unknown(id string) error {
-	if err := CheckID(id); err != nil {
-		return ca.Errorf(ca.KindUnauthenticated, "cluster: the request's ClusterID is not a cluster ID: %v", err)
-	}
-	return ca.Errorf(ca.KindUnauthenticated, "cluster: unknown cluster %q: this CA has no remote secret or --remote-kubeconfig for it (local cluster %q)", id, r.cfg.LocalID)
 }
 
 // track updates a remote cluster's state after one of its reviews, and

@@ -193,10 +193,20 @@ type Token struct {
 	Expiry time.Time
 }
 
-// Issue mints a JWT-SVID for id with audience. The audience must name 1 to
-// MaxAudiences non-empty, valid UTF-8 values of at most MaxAudienceLength
-// bytes (InvalidArgument otherwise); id must be in the trust domain.
+// Issue mints a JWT-SVID for id with audience that no caller's credential
+// bounds, for in-process signers (IssueFor with a zero ca.Credential). The
+// CA's endpoint uses IssueFor.
 func (i *Issuer) Issue(id spiffeid.ID, audience []string) (*Token, error) {
+	return i.IssueFor(id, audience, ca.Credential{})
+}
+
+// IssueFor mints a JWT-SVID for id with audience, for a caller that proved
+// id with cred. The audience must name 1 to MaxAudiences non-empty, valid
+// UTF-8 values of at most MaxAudienceLength bytes (InvalidArgument
+// otherwise); id must be in the trust domain. The token expires after the
+// TTL, but never after cred (ca.Credential.Cap, the rule of X.509 leaves:
+// issue 28, hole 4); an expired cred is Unauthenticated.
+func (i *Issuer) IssueFor(id spiffeid.ID, audience []string, cred ca.Credential) (*Token, error) {
 	if err := i.CheckAudience(audience); err != nil {
 		return nil, err
 	}
@@ -216,7 +226,10 @@ func (i *Issuer) Issue(id spiffeid.ID, audience []string) (*Token, error) {
 	if err != nil {
 		return nil, ca.Wrap(ca.KindInternal, err, "cannot sign the JWT-SVID")
 	}
-	exp := now.Add(i.ttl)
+	exp, err := cred.Cap(now, now.Add(i.ttl))
+	if err != nil {
+		return nil, err
+	}
 	claims := jwt.Claims{
 		Subject:  id.String(),
 		Audience: jwt.Audience(audience),

@@ -1,6 +1,7 @@
 package jwtissuer_test
 
 import (
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -222,5 +223,42 @@ func TestIssuersSharingKeysValidateEachOther(t *testing.T) {
 		if _, err := i.Issue(id, []string{"a"}); ca.KindOf(err) != ca.KindUnavailable {
 			t.Errorf("%s: err = %v, want Unavailable", name, err)
 		}
+	}
+}
+
+// TestIssueForCapsAtTheCredential: IssueFor's token expires with the
+// caller's credential when it ends before the TTL (the exp go-spiffe
+// reads), at the TTL otherwise; an expired credential gets no token
+// (Unauthenticated) and counts no issue.
+func TestIssueForCapsAtTheCredential(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	i, clk := newIssuer(t, jwtissuer.Config{Registerer: reg})
+	now := clk.Now()
+	for name, tc := range map[string]struct {
+		cred ca.Credential
+		want time.Time
+	}{
+		"token ends first":       {ca.Credential{TokenExpiry: now.Add(time.Minute)}, now.Add(time.Minute)},
+		"certificate ends first": {ca.Credential{Certificate: &x509.Certificate{NotAfter: now.Add(2 * time.Minute)}}, now.Add(2 * time.Minute)},
+		"token outlives the TTL": {ca.Credential{TokenExpiry: now.Add(time.Hour)}, now.Add(jwtissuer.DefaultTTL)},
+	} {
+		tok, err := i.IssueFor(id, []string{"orders"}, tc.cred)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		svid, err := jwtsvid.ParseAndValidate(tok.Token, bundle(t, i), []string{"orders"})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if want := tc.want.Truncate(time.Second); !svid.Expiry.Equal(want) || !tok.Expiry.Equal(want) {
+			t.Errorf("%s: exp %s (Token.Expiry %s), want %s", name, svid.Expiry, tok.Expiry, want)
+		}
+	}
+	_, err := i.IssueFor(id, []string{"orders"}, ca.Credential{TokenExpiry: now.Add(-time.Second)})
+	if ca.KindOf(err) != ca.KindUnauthenticated || !strings.Contains(err.Error(), "the token expired at") {
+		t.Errorf("expired token: %v, want Unauthenticated naming the expiry", err)
+	}
+	if n := testkit.Metric(t, reg, "meshid_jwtsvid_issued_total"); n != 3 {
+		t.Errorf("issued = %v, want 3", n)
 	}
 }

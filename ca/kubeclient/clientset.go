@@ -7,6 +7,7 @@ import (
 	"reflect"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ type Interface interface {
 	CoreV1() CoreV1Interface
 	AuthenticationV1() AuthenticationV1Interface
 	CoordinationV1() CoordinationV1Interface
+	CertificatesV1() CertificatesV1Interface
 }
 
 // CoreV1Interface has the core/v1 resources meshid uses.
@@ -47,6 +49,14 @@ type AuthenticationV1Interface interface {
 type CoordinationV1Interface interface {
 	RESTClient() rest.Interface
 	Leases(namespace string) LeaseInterface
+}
+
+// CertificatesV1Interface has PodCertificateRequests and
+// ClusterTrustBundles (the pod certificate signer's resources).
+type CertificatesV1Interface interface {
+	RESTClient() rest.Interface
+	PodCertificateRequests(namespace string) PodCertificateRequestInterface
+	ClusterTrustBundles() ClusterTrustBundleInterface
 }
 
 // Resource is the method set of client-go's generated typed clients (less
@@ -73,6 +83,9 @@ type (
 	SecretInterface         = Resource[*corev1.Secret, *corev1.SecretList]
 	ServiceAccountInterface = Resource[*corev1.ServiceAccount, *corev1.ServiceAccountList]
 	LeaseInterface          = Resource[*coordinationv1.Lease, *coordinationv1.LeaseList]
+
+	PodCertificateRequestInterface = Resource[*certificatesv1.PodCertificateRequest, *certificatesv1.PodCertificateRequestList]
+	ClusterTrustBundleInterface    = Resource[*certificatesv1.ClusterTrustBundle, *certificatesv1.ClusterTrustBundleList]
 )
 
 // TokenReviewInterface creates TokenReviews (the API has no other verb).
@@ -85,6 +98,7 @@ type Clientset struct {
 	core  *coreV1
 	authn *authenticationV1
 	coord *coordinationV1
+	certs *certificatesV1
 }
 
 var _ Interface = (*Clientset)(nil)
@@ -120,7 +134,11 @@ func New(cfg *rest.Config) (*Clientset, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Clientset{core: &coreV1{core}, authn: &authenticationV1{authn}, coord: &coordinationV1{coord}}, nil
+	certs, err := restClient(&c, httpClient, certificatesv1.SchemeGroupVersion, "/apis")
+	if err != nil {
+		return nil, err
+	}
+	return &Clientset{core: &coreV1{core}, authn: &authenticationV1{authn}, coord: &coordinationV1{coord}, certs: &certificatesV1{certs}}, nil
 }
 
 // restClient is a group's REST client, configured as client-go's generated
@@ -145,6 +163,9 @@ func (c *Clientset) AuthenticationV1() AuthenticationV1Interface { return c.auth
 
 // CoordinationV1 returns the coordination.k8s.io/v1 client.
 func (c *Clientset) CoordinationV1() CoordinationV1Interface { return c.coord }
+
+// CertificatesV1 returns the certificates.k8s.io/v1 client.
+func (c *Clientset) CertificatesV1() CertificatesV1Interface { return c.certs }
 
 // typed is a gentype client of resource in namespace, preferring protobuf
 // as client-go's generated clients of built-in types do.
@@ -198,4 +219,14 @@ type coordinationV1 struct{ rc rest.Interface }
 func (c *coordinationV1) RESTClient() rest.Interface { return c.rc }
 func (c *coordinationV1) Leases(ns string) LeaseInterface {
 	return typed[*coordinationv1.Lease, *coordinationv1.LeaseList](c.rc, "leases", ns)
+}
+
+type certificatesV1 struct{ rc rest.Interface }
+
+func (c *certificatesV1) RESTClient() rest.Interface { return c.rc }
+func (c *certificatesV1) PodCertificateRequests(ns string) PodCertificateRequestInterface {
+	return typed[*certificatesv1.PodCertificateRequest, *certificatesv1.PodCertificateRequestList](c.rc, "podcertificaterequests", ns)
+}
+func (c *certificatesV1) ClusterTrustBundles() ClusterTrustBundleInterface {
+	return typed[*certificatesv1.ClusterTrustBundle, *certificatesv1.ClusterTrustBundleList](c.rc, "clustertrustbundles", "")
 }

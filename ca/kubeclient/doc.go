@@ -1,6 +1,7 @@
 // Package kubeclient is the CA's Kubernetes client: typed clients for the
 // few API groups meshid uses (core/v1, authentication/v1 TokenReview,
-// coordination/v1 Lease) and shared informers over them, built on
+// coordination/v1 Lease, certificates/v1 PodCertificateRequest and
+// ClusterTrustBundle) and shared informers over them, built on
 // client-go's rest, gentype, tools/cache and listers packages.
 //
 // Why not client-go's kubernetes.Clientset: its typed clients all import
@@ -9,7 +10,7 @@
 // client (with client-go's apply configurations and discovery) reachable.
 // Moving the CA off it took the stripped meshid binary from 70.2 MB to
 // 37.0 MB (docs/benchmarks.md), for six resources. Here the scheme holds
-// only the three groups above, and the typed clients are client-go's own
+// only the groups above, and the typed clients are client-go's own
 // generic ones (gentype), so the requests, protobuf negotiation, rate
 // limiting and watch handling are client-go's.
 //

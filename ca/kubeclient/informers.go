@@ -6,11 +6,13 @@ import (
 	"sync"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	certlisters "k8s.io/client-go/listers/certificates/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
@@ -184,6 +186,19 @@ func (f *InformerFactory) ConfigMaps() Informer[corelisters.ConfigMapLister] {
 // WithNamespace does not apply).
 func (f *InformerFactory) Namespaces() Informer[corelisters.NamespaceLister] {
 	return newInformer(f, &corev1.Namespace{}, f.client.CoreV1().Namespaces(), corelisters.NewNamespaceLister)
+}
+
+// PodCertificateRequests is the factory's PodCertificateRequest informer.
+func (f *InformerFactory) PodCertificateRequests() Informer[certlisters.PodCertificateRequestLister] {
+	return newInformer(f, &certificatesv1.PodCertificateRequest{}, f.client.CertificatesV1().PodCertificateRequests(f.namespace),
+		certlisters.NewPodCertificateRequestLister)
+}
+
+// ClusterTrustBundles is the factory's ClusterTrustBundle informer
+// (cluster-scoped: WithNamespace does not apply).
+func (f *InformerFactory) ClusterTrustBundles() Informer[certlisters.ClusterTrustBundleLister] {
+	return newInformer(f, &certificatesv1.ClusterTrustBundle{}, f.client.CertificatesV1().ClusterTrustBundles(),
+		certlisters.NewClusterTrustBundleLister)
 }
 
 // NamedSecretInformer is an informer on the one Secret name in namespace

@@ -26,11 +26,12 @@ import (
 	"github.com/meshid/meshid/internal/testkit"
 )
 
-// TestNarrowScheme: the CA binary links three API groups of k8s.io/api and
+// TestNarrowScheme: the CA binary links four API groups of k8s.io/api and
 // none of the client-go packages that bring all of them back (the reason
 // this package exists; test/image bounds the image it makes).
 func TestNarrowScheme(t *testing.T) {
-	allowed := map[string]bool{"k8s.io/api/core/v1": true, "k8s.io/api/authentication/v1": true, "k8s.io/api/coordination/v1": true}
+	allowed := map[string]bool{"k8s.io/api/core/v1": true, "k8s.io/api/authentication/v1": true, "k8s.io/api/coordination/v1": true,
+		"k8s.io/api/certificates/v1": true}
 	banned := []string{
 		"k8s.io/client-go/kubernetes", "k8s.io/client-go/informers", "k8s.io/client-go/applyconfigurations",
 		"k8s.io/client-go/discovery", "k8s.io/client-go/tools/leaderelection", "k8s.io/client-go/metadata/metadatainformer",
@@ -53,7 +54,7 @@ func TestNarrowScheme(t *testing.T) {
 		t.Errorf("cmd/meshid links %d of the API groups %v", groups, allowed)
 	}
 	for gvk := range kubeclient.Scheme.AllKnownTypes() {
-		if g := gvk.Group; g != "" && g != "authentication.k8s.io" && g != "coordination.k8s.io" {
+		if g := gvk.Group; g != "" && g != "authentication.k8s.io" && g != "coordination.k8s.io" && g != "certificates.k8s.io" {
 			t.Errorf("Scheme has %v", gvk)
 		}
 	}

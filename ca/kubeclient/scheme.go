@@ -2,6 +2,7 @@ package kubeclient
 
 import (
 	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,7 +13,7 @@ import (
 )
 
 // Scheme holds the API groups this client speaks, and only those: core/v1,
-// authentication/v1 and coordination/v1 (client-go's kubernetes/scheme has
+// authentication/v1, coordination/v1 and certificates/v1 (client-go's kubernetes/scheme has
 // all of them).
 var Scheme = runtime.NewScheme()
 
@@ -26,6 +27,7 @@ var schemeBuilder = runtime.NewSchemeBuilder(
 	corev1.AddToScheme,
 	authenticationv1.AddToScheme,
 	coordinationv1.AddToScheme,
+	certificatesv1.AddToScheme,
 )
 
 // AddToScheme adds the groups of Scheme to s.

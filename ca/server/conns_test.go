@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
+	workloadpb "github.com/spiffe/go-spiffe/v2/proto/spiffe/workload"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -15,8 +17,11 @@ import (
 	"google.golang.org/grpc/status"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
+	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/jwtapi"
 	"github.com/meshid/meshid/internal/testkit"
 )
 
@@ -159,5 +164,129 @@ func TestFirstRequestTimeout(t *testing.T) {
 	}
 	if _, err := c.CreateCertificate(withToken(context.Background(), e.token(t, "shop", "cart")), &securityv1alpha1.IstioCertificateRequest{Csr: csr}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUnauthenticatedCallsKeepTheFirstRequestTimeout (issue 28, hole 2):
+// calls that prove no caller do not count as a connection's first
+// request. A connection whose only call had no token, one whose call was
+// refused before authentication (a negative TTL) and one that fetched the
+// public JWT bundles are all closed at the first-request timeout; the one
+// whose call authenticated stays. On c30f24e any call marked its
+// connection, and the three stayed open for the 15-minute idle limit.
+func TestUnauthenticatedCallsKeepTheFirstRequestTimeout(t *testing.T) {
+	clk := fakeClock()
+	iss, err := jwtissuer.New(jwtissuer.Config{TrustDomain: td})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOpts{cfg: func(c *server.Config) { c.Clock, c.JWT = clk, iss }})
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard) // a safety bound only
+	defer cancel()
+	csr := csrFor(t, testkit.Key(t, certs.ECP256), sid("shop", "cart"), nil)
+
+	noToken, noTokenConn := e.clientFrom(t, "127.0.0.1")
+	if _, err := noToken.CreateCertificate(ctx, &securityv1alpha1.IstioCertificateRequest{Csr: csr}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("without a token: %v, want Unauthenticated", err)
+	}
+	badTTL, badTTLConn := e.clientFrom(t, "127.0.0.2")
+	if _, err := badTTL.CreateCertificate(withToken(ctx, e.token(t, "shop", "cart")), &securityv1alpha1.IstioCertificateRequest{Csr: csr, ValidityDuration: -1}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("negative TTL: %v, want InvalidArgument", err)
+	}
+	_, bundleConn := e.clientFrom(t, "127.0.0.3")
+	if _, err := jwtapi.NewClient(bundleConn).FetchJWTBundles(ctx, &workloadpb.JWTBundlesRequest{}); err != nil {
+		t.Fatalf("FetchJWTBundles: %v", err)
+	}
+	good, goodConn := e.clientFrom(t, "127.0.0.4")
+	if _, err := good.CreateCertificate(withToken(ctx, e.token(t, "shop", "cart")), &securityv1alpha1.IstioCertificateRequest{Csr: csr}); err != nil {
+		t.Fatal(err)
+	}
+	// The authenticated connection's timer is stopped; the other three
+	// wait on the clock.
+	waitUntil(t, func() bool { return clk.Waiters() == 3 })
+	clk.Add(server.DefaultFirstRequestTimeout)
+	for name, conn := range map[string]*grpc.ClientConn{"no token": noTokenConn, "negative TTL": badTTLConn, "JWT bundles only": bundleConn} {
+		if !conn.WaitForStateChange(ctx, connectivity.Ready) {
+			t.Fatalf("%s: the connection is still open after the first-request timeout", name)
+		}
+	}
+	if n := testkit.Metric(t, e.reg, "meshid_ca_connections_refused_total", "reason", "first_request_timeout"); n != 3 {
+		t.Fatalf("first_request_timeout closes = %v, want 3", n)
+	}
+	if s := goodConn.GetState(); s != connectivity.Ready {
+		t.Fatalf("the authenticated client is %v, want READY", s)
+	}
+}
+
+// gatedAuth holds every authentication until release is closed, then asks
+// next: a token review that takes longer than the first-request timeout.
+type gatedAuth struct {
+	entered chan struct{}
+	release chan struct{}
+	next    authn.Authenticator
+}
+
+func (g gatedAuth) Authenticate(ctx context.Context, creds authn.Credentials) (*authn.Caller, error) {
+	g.entered <- struct{}{}
+	<-g.release
+	return g.next.Authenticate(ctx, creds)
+}
+
+// TestSlowFirstRequestNotCutOff: the first-request timeout does not cut
+// off a first call still authenticating (a slow token review). When the
+// timeout passes during such calls, a connection whose call then
+// authenticates stays open and gets its certificate; one whose call is
+// refused gets its Unauthenticated answer and is closed soon after.
+func TestSlowFirstRequestNotCutOff(t *testing.T) {
+	clk := fakeClock()
+	gate := gatedAuth{entered: make(chan struct{}), release: make(chan struct{})}
+	e := newEnv(t, envOpts{
+		cfg: func(c *server.Config) { c.Clock = clk },
+		auths: func(e *env) []authn.Authenticator {
+			gate.next = e.srvAuth(t)
+			return []authn.Authenticator{gate}
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard) // a safety bound only
+	defer cancel()
+	// A failing test must still let the held calls end, or the server's
+	// shutdown (its grace on the fake clock) would wait for them forever.
+	release := sync.OnceFunc(func() { close(gate.release) })
+	t.Cleanup(release)
+	csr := csrFor(t, testkit.Key(t, certs.ECP256), sid("shop", "cart"), nil)
+	okClient, okConn := e.clientFrom(t, "127.0.0.1")
+	badClient, badConn := e.clientFrom(t, "127.0.0.2")
+	okDone := testkit.Go(func() (*securityv1alpha1.IstioCertificateResponse, error) {
+		return okClient.CreateCertificate(withToken(ctx, e.token(t, "shop", "cart")), &securityv1alpha1.IstioCertificateRequest{Csr: csr})
+	})
+	<-gate.entered
+	badDone := testkit.Go(func() (*securityv1alpha1.IstioCertificateResponse, error) {
+		return badClient.CreateCertificate(withToken(ctx, "not-a-token"), &securityv1alpha1.IstioCertificateRequest{Csr: csr})
+	})
+	<-gate.entered
+
+	if !clk.WaitForWaiters(2, ctx.Done()) {
+		t.Fatal("the connections' first-request timers are not set")
+	}
+	clk.Add(server.DefaultFirstRequestTimeout)
+	// Both calls still run: each watcher looks again later instead of
+	// closing its connection.
+	if !clk.WaitForWaiters(2, ctx.Done()) {
+		t.Fatal("the first-request timers were not set again while the calls ran")
+	}
+	release()
+	if r := <-okDone; r.Err != nil {
+		t.Fatalf("the slow call that authenticates: %v", r.Err)
+	}
+	if r := <-badDone; status.Code(r.Err) != codes.Unauthenticated {
+		t.Fatalf("the slow call that does not authenticate: %v, want Unauthenticated", r.Err)
+	}
+	waitUntil(t, func() bool { return clk.Waiters() == 1 }) // the authenticated connection's timer is gone
+	clk.Add(server.DefaultFirstRequestTimeout)
+	if !badConn.WaitForStateChange(ctx, connectivity.Ready) {
+		t.Fatal("the connection whose only call was refused is still open")
+	}
+	if s := okConn.GetState(); s != connectivity.Ready {
+		t.Fatalf("the connection whose call authenticated is %v, want READY", s)
 	}
 }

@@ -95,6 +95,7 @@ func (s *Server) authenticate(ctx context.Context, cluster string) (*authn.Calle
 	if err != nil {
 		return nil, spiffeid.ID{}, err
 	}
+	markServed(ctx) // the connection has proved a caller: no first-request timeout
 	s.metrics.authenticated(caller.Method)
 	id, err := caller.ID(s.authority.TrustDomain())
 	if err != nil {
@@ -102,6 +103,13 @@ func (s *Server) authenticate(ctx context.Context, cluster string) (*authn.Calle
 	}
 	if s.limiters != nil && !s.limiters.allow(id.String(), s.clock.Now()) {
 		return caller, spiffeid.ID{}, ca.Errorf(ca.KindResourceExhausted, "rate limit exceeded for %s, retry later", id)
+	}
+	// A caller that left while it was being authenticated (a TokenReview
+	// can take seconds) gets nothing signed: a certificate or JWT-SVID
+	// nobody reads costs CPU and an audit line, and an agent whose
+	// waiters all gave up must not make the CA mint for them (issue 28).
+	if err := ctx.Err(); err != nil {
+		return caller, spiffeid.ID{}, err
 	}
 	return caller, id, nil
 }

@@ -13,11 +13,11 @@ import (
 )
 
 // JWTIssuer mints JWT-SVIDs and publishes the JWKS that verifies them;
-// *jwtissuer.Issuer implements it. CheckAudience (and Issue) refuse bad
+// *jwtissuer.Issuer implements it. CheckAudience (and IssueFor) refuse bad
 // audiences with InvalidArgument.
 type JWTIssuer interface {
 	CheckAudience(audience []string) error
-	Issue(id spiffeid.ID, audience []string) (*jwtissuer.Token, error)
+	IssueFor(id spiffeid.ID, audience []string, cred ca.Credential) (*jwtissuer.Token, error)
 	JWKS() ([]byte, error)
 }
 
@@ -30,7 +30,8 @@ type jwtService struct {
 
 // MintJWTSVID authenticates the caller exactly as CreateCertificate does
 // (the same chain, rate limit and error codes) and returns a JWT-SVID whose
-// subject is the identity it proved. A request naming another identity in
+// subject is the identity it proved, expiring no later than the caller's
+// token or client certificate (Unauthenticated when that has expired). A request naming another identity in
 // spiffe_id is refused with PermissionDenied; impersonation is not offered
 // for JWT-SVIDs.
 func (j jwtService) MintJWTSVID(ctx context.Context, req *workloadpb.JWTSVIDRequest) (*workloadpb.JWTSVIDResponse, error) {
@@ -66,7 +67,12 @@ func (j jwtService) mint(ctx context.Context, req *workloadpb.JWTSVIDRequest) (*
 	if want := req.GetSpiffeId(); want != "" && want != id.String() {
 		return nil, ca.Errorf(ca.KindPermissionDenied, "%s may only have a JWT-SVID for %s, not %q", caller, id, clipInput(want))
 	}
-	tok, err := j.issuer.Issue(id, req.GetAudience())
+	// A JWT-SVID never outlives the credential that proved its caller:
+	// the client certificate, or the token, whatever CapTTLToToken says
+	// for X.509 leaves (that default is Istio's, for certificates its
+	// agent renews; a bearer token minted on a bearer token must not
+	// stretch it).
+	tok, err := j.issuer.IssueFor(id, req.GetAudience(), ca.Credential{Certificate: caller.Certificate, TokenExpiry: caller.Expiry})
 	if err != nil {
 		return nil, err
 	}

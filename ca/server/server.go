@@ -51,8 +51,8 @@ const (
 	// CA outside the cluster).
 	DefaultMaxConnectionsPerIP = 512
 	// DefaultFirstRequestTimeout is how long a new connection may take to
-	// complete its TLS handshake and begin its first request before it is
-	// closed.
+	// complete its TLS handshake and make a call that authenticates before
+	// it is closed (calls without credentials do not count: issue 28).
 	DefaultFirstRequestTimeout = 10 * time.Second
 	// DefaultServingTTL is the lifetime of the serving certificate; it is
 	// reissued at half of it.
@@ -117,8 +117,9 @@ type Config struct {
 	// MaxConnectionsPerIP bounds the connections open at once from one
 	// peer IP address. Default 512.
 	MaxConnectionsPerIP int
-	// FirstRequestTimeout closes a connection that has not begun a request
-	// this long after it was accepted (TLS handshake included). Default 10s.
+	// FirstRequestTimeout closes a connection on which no call has
+	// authenticated this long after it was accepted (TLS handshake
+	// included), as soon as no call runs on it. Default 10s.
 	FirstRequestTimeout time.Duration
 	// StreamWorkers is the number of goroutines kept to serve requests,
 	// each keeping the stack it grew (see DefaultStreamWorkers). Default
@@ -235,8 +236,8 @@ func New(cfg Config) (*Server, error) {
 		grpc.Creds(credentials.NewTLS(s.serving.tlsConfig())),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.MaxHeaderListSize(cfg.MaxHeaderListSize),
-		// The first-request timeout learns of a request here (markServed
-		// says why not from a stats handler).
+		// The first-request timeout learns of a connection's calls here
+		// (unaryInterceptor says why not from a stats handler).
 		grpc.ChainUnaryInterceptor(s.conns.unaryInterceptor),
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		// Static flow-control windows (gRPC's 64 KiB initial ones): a

@@ -51,7 +51,7 @@ It is a tool, not part of the production binaries (it links the charts).
 Progress goes to standard error once a second; the report (a table, or JSON
 with -o json) goes to standard output.`,
 	}
-	cmd.AddCommand(newBenchCACmd(), newBenchSDSCmd())
+	cmd.AddCommand(newBenchCACmd(), newBenchSDSCmd(), newBenchFloodCmd())
 	return cmd
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,5 +142,24 @@ func TestServerJWTFlags(t *testing.T) {
 	c := serverConfigOf(t, "--jwt-svid-ttl", "2m", "--jwt-key-lifetime", "6h")
 	if c.JWTSVIDTTL != 2*time.Minute || c.JWTKeyLifetime != 6*time.Hour {
 		t.Errorf("JWTSVIDTTL %s, JWTKeyLifetime %s", c.JWTSVIDTTL, c.JWTKeyLifetime)
+	}
+}
+
+// TestServerPodCertificateSigner: --pod-certificate-signer reaches the
+// CA's Config (off by default); a name the API server would refuse is a
+// usage error naming the flag.
+func TestServerPodCertificateSigner(t *testing.T) {
+	clearServerEnv(t)
+	if c := serverConfigOf(t); c.PodCertificateSigner != "" {
+		t.Fatalf("default signer %q, want off", c.PodCertificateSigner)
+	}
+	if c := serverConfigOf(t, "--pod-certificate-signer", "meshid.io/workload"); c.PodCertificateSigner != "meshid.io/workload" {
+		t.Fatalf("signer %q", c.PodCertificateSigner)
+	}
+	for _, bad := range []string{"workload", "kubernetes.io/kube-apiserver-client-pod", "Not_A.Domain/x", "meshid.io/"} {
+		_, _, err := configsOf(t, "server", "--pod-certificate-signer", bad)
+		if err == nil || !strings.Contains(err.Error(), "--pod-certificate-signer") {
+			t.Errorf("--pod-certificate-signer %q: %v", bad, err)
+		}
 	}
 }

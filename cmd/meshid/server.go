@@ -19,11 +19,13 @@ import (
 	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	kubeclient "github.com/meshid/meshid/ca/kube/client"
+	"github.com/meshid/meshid/ca/kube/podcert"
 	"github.com/meshid/meshid/ca/kube/rootpublisher"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/cmd/internal/cli"
+	"github.com/meshid/meshid/internal/reachability"
 )
 
 // serverFlags are the flags of `meshid server` (docs/architecture.md).
@@ -46,6 +48,7 @@ type serverFlags struct {
 	logFormat        string
 	pprof            bool
 	kubeCASecret     bool
+	podCertSigner    string
 	namespace        string
 	podName          string
 
@@ -57,6 +60,7 @@ type serverFlags struct {
 	maxConnections      int
 	maxConnectionsPerIP int
 	firstRequestTimeout time.Duration
+	apiServerGrace      time.Duration
 	servingTTL          time.Duration
 	jwtSVIDTTL          time.Duration
 	jwtKeyLifetime      time.Duration
@@ -88,6 +92,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.logFormat, "log-format", "text", cli.LogFormatUsage)
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiles at /debug/pprof/ on --monitoring-listen (performance work; keep that listener private)")
 	fs.BoolVar(&f.kubeCASecret, "kube-ca-secret", false, "keep the CA in the Secret meshid-ca (or Istio's cacerts) of --namespace, elect a leader with a Lease, and publish the istio-ca-root-cert ConfigMap to every namespace (needs a Kubernetes client)")
+	fs.StringVar(&f.podCertSigner, "pod-certificate-signer", "", "sign Kubernetes PodCertificateRequests of this signer name (e.g. meshid.io/workload) and publish the roots as its ClusterTrustBundle; empty = off (docs/pod-certificates.md; needs a Kubernetes client)")
 	fs.StringVar(&f.namespace, "namespace", caserver.DefaultNamespace, "the CA's own namespace (env POD_NAMESPACE)")
 	fs.StringVar(&f.podName, "pod-name", "", "this replica's identity for leader election (env POD_NAME; default the hostname and a random suffix)")
 	f.registerHardening(fs)
@@ -106,7 +111,8 @@ func (f *serverFlags) registerHardening(fs *pflag.FlagSet) {
 	fs.StringVar(&f.tokenVerification, "token-verification", string(boundtoken.DefaultMode), "who verifies the cluster's bound service-account tokens: auto (in the CA once the issuer's keys are discovered and the pod and service-account informers synced, TokenReview until then) | local | tokenreview (see SECURITY.md)")
 	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "connections open at once on --listen")
 	fs.IntVar(&f.maxConnectionsPerIP, "max-connections-per-ip", server.DefaultMaxConnectionsPerIP, "connections open at once from one peer IP")
-	fs.DurationVar(&f.firstRequestTimeout, "first-request-timeout", server.DefaultFirstRequestTimeout, "close a connection that has not begun a request by then (TLS handshake included)")
+	fs.DurationVar(&f.firstRequestTimeout, "first-request-timeout", server.DefaultFirstRequestTimeout, "close a connection on which no call has authenticated by then (TLS handshake included; calls without credentials do not count)")
+	fs.DurationVar(&f.apiServerGrace, "apiserver-readiness-grace", reachability.DefaultGrace, "with a Kubernetes client, /readyz says not ready once the API server has not answered the CA's probe (its GET /readyz, every 5s) for this long, unless local token verification has synced; a replica never answered since its start is not ready (negative = no check)")
 	fs.DurationVar(&f.servingTTL, "serving-ttl", server.DefaultServingTTL, "lifetime of the CA's own serving certificate (independent of --max-ttl)")
 	fs.DurationVar(&f.jwtSVIDTTL, "jwt-svid-ttl", jwtissuer.DefaultTTL, "lifetime of the JWT-SVIDs the CA mints (at most 1h)")
 	fs.DurationVar(&f.jwtKeyLifetime, "jwt-key-lifetime", jwtkeys.DefaultLifetime, "how long one JWT-SVID signing key signs, and is published before it does (10m to 720h)")
@@ -132,24 +138,25 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 		return caserver.Config{}, fmt.Errorf("--root-key-type: %w", err)
 	}
 	cfg := caserver.Config{
-		Listen:           f.listen,
-		TrustDomain:      td,
-		CADir:            f.caDir,
-		StateDir:         f.stateDir,
-		RootKeyType:      keyType,
-		DefaultTTL:       f.defaultTTL,
-		MaxTTL:           f.maxTTL,
-		ServingDNS:       f.servingDNS,
-		RateLimit:        f.rateLimit,
-		Kubeconfig:       f.kubeconfig,
-		KubeCASecret:     f.kubeCASecret,
-		Namespace:        f.namespace,
-		PodName:          f.podName,
-		TokenAudiences:   f.tokenAudiences,
-		JWTIssuer:        f.jwtIssuer,
-		JWKSFile:         f.jwksFile,
-		MonitoringListen: f.monitoringListen,
-		Pprof:            f.pprof,
+		Listen:               f.listen,
+		TrustDomain:          td,
+		CADir:                f.caDir,
+		StateDir:             f.stateDir,
+		RootKeyType:          keyType,
+		DefaultTTL:           f.defaultTTL,
+		MaxTTL:               f.maxTTL,
+		ServingDNS:           f.servingDNS,
+		RateLimit:            f.rateLimit,
+		Kubeconfig:           f.kubeconfig,
+		KubeCASecret:         f.kubeCASecret,
+		PodCertificateSigner: f.podCertSigner,
+		Namespace:            f.namespace,
+		PodName:              f.podName,
+		TokenAudiences:       f.tokenAudiences,
+		JWTIssuer:            f.jwtIssuer,
+		JWKSFile:             f.jwksFile,
+		MonitoringListen:     f.monitoringListen,
+		Pprof:                f.pprof,
 
 		CapTTLToToken:        f.capTTLToToken,
 		MaxTokenLifetime:     f.maxTokenLifetime,
@@ -157,6 +164,7 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 		MaxConnections:       f.maxConnections,
 		MaxConnectionsPerIP:  f.maxConnectionsPerIP,
 		FirstRequestTimeout:  f.firstRequestTimeout,
+		APIServerGrace:       f.apiServerGrace,
 		ServingTTL:           f.servingTTL,
 		JWTSVIDTTL:           f.jwtSVIDTTL,
 		JWTKeyLifetime:       f.jwtKeyLifetime,
@@ -179,6 +187,11 @@ func (f *serverFlags) applyParsed(cfg *caserver.Config) (err error) {
 		return fmt.Errorf("--token-verification: %w", err)
 	}
 	f.rotation.apply(cfg)
+	if cfg.PodCertificateSigner != "" {
+		if err := podcert.ValidateSignerName(cfg.PodCertificateSigner); err != nil {
+			return fmt.Errorf("--pod-certificate-signer: %w", err)
+		}
+	}
 	if cfg.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
 		return fmt.Errorf("--root-configmap-namespaces: %w", err)
 	}

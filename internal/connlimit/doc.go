@@ -1,6 +1,6 @@
 // Package connlimit caps the connections a listener holds open at once, in
 // all and optionally per peer IP: the CA's gRPC listener and the agent's
-// Workload API socket use it.
+// sockets (SDS, Workload API, through internal/unixsock) use it.
 //
 // A connection beyond a cap is closed as soon as it is accepted, and Accept
 // goes on. golang.org/x/net/netutil's LimitListener is not used: it stops

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/connlimit"
 	"github.com/meshid/meshid/internal/logs"
 )
 
@@ -31,8 +32,14 @@ type ServerConfig struct {
 	Path  string
 	Mode  os.FileMode
 	Serve Serving
-	// Wrap, when set, wraps the socket's listener (a connection cap).
-	Wrap func(net.Listener) net.Listener
+	// MaxConnections caps the connections open at once; one more is
+	// closed as soon as accepted (internal/connlimit), so that clients
+	// fail fast instead of queueing unanswered. Required (positive).
+	MaxConnections int
+	// Refused, when set, is called with ReasonConnections for each
+	// connection closed by the cap (a metric). It must not block. The
+	// refusals are also logged, at most once a minute with their count.
+	Refused func(reason string)
 	// ShutdownTimeout bounds how long Run waits for Serve.Stop after its
 	// context ends; after it Run returns an error and leaves the handlers
 	// behind.
@@ -50,6 +57,10 @@ type Server struct {
 	cfg   ServerConfig
 	log   *slog.Logger
 	clock clock.Clock
+
+	warnMu       sync.Mutex
+	lastWarn     time.Time // of the last refused-connection warning
+	refusedSince int       // refused connections since lastWarn
 
 	mu    sync.Mutex
 	ln    net.Listener
@@ -85,10 +96,7 @@ func (s *Server) Listen() error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.cfg.Name, err)
 	}
-	s.ln, s.sock = ln, fi
-	if s.cfg.Wrap != nil {
-		s.ln = s.cfg.Wrap(ln)
-	}
+	s.ln, s.sock = connlimit.New(ln, connlimit.Config{Max: s.cfg.MaxConnections, Refused: s.refuseConn}), fi
 	close(s.ready)
 	s.log.Info(s.cfg.Label+" socket listening", "path", s.cfg.Path, "mode", fmt.Sprintf("%#o", s.cfg.Mode))
 	return nil
@@ -143,4 +151,24 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("%s: serve: %w", s.cfg.Name, err)
+}
+
+// refuseConn reports a connection refused by the cap and warns at most once
+// a minute (with the count since the last warning), so that a client
+// hammering the socket cannot flood the log.
+func (s *Server) refuseConn(string) {
+	if s.cfg.Refused != nil {
+		s.cfg.Refused(ReasonConnections)
+	}
+	now := s.clock.Now()
+	s.warnMu.Lock()
+	s.refusedSince++
+	if !s.lastWarn.IsZero() && now.Sub(s.lastWarn) < time.Minute {
+		s.warnMu.Unlock()
+		return
+	}
+	n := s.refusedSince
+	s.refusedSince, s.lastWarn = 0, now
+	s.warnMu.Unlock()
+	s.log.Warn(s.cfg.Label+" connections refused: too many open", "max_connections", s.cfg.MaxConnections, "refused", n)
 }

@@ -34,6 +34,7 @@ import (
 // issuer's tokens, and a token file for default/default.
 type world struct {
 	ca        *caserver.Server
+	caReg     *prometheus.Registry // the CA's metrics
 	rootFile  string
 	tokenFile string
 }
@@ -45,12 +46,15 @@ func newWorld(t *testing.T) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
+	reg := prometheus.NewRegistry()
 	w := &world{
 		ca: testkit.CA(t, caserver.Config{
-			StateDir:  dir,
-			JWTIssuer: iss.Issuer(),
-			JWKSFile:  filepath.Join(dir, devissuer.JWKSFile),
+			StateDir:   dir,
+			JWTIssuer:  iss.Issuer(),
+			JWKSFile:   filepath.Join(dir, devissuer.JWKSFile),
+			Registerer: reg,
 		}),
+		caReg:     reg,
 		rootFile:  filepath.Join(dir, "root-cert.pem"),
 		tokenFile: filepath.Join(dir, "token"),
 	}

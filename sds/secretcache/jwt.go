@@ -16,10 +16,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/bundle/jwtbundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // JWTSigner obtains JWT-SVIDs and the JWT bundle from the CA;
@@ -48,8 +50,15 @@ const (
 	MaxJWTAudienceLength = 256
 	// MaxJWTSize bounds a token given to ValidateJWTSVID, in bytes.
 	MaxJWTSize = 16 << 10
+	// DefaultMaxJWTFlights bounds the JWT-SVID requests in progress at
+	// once, one per audience set whatever the number of callers waiting
+	// for it; a request for one more audience set is refused with
+	// ErrTooManyJWTRequests (issue 28: without a bound, 150,000 calls with
+	// distinct audiences queued 1 GB and 120,000 CA requests).
+	DefaultMaxJWTFlights = 64
 	// maxJWTMints bounds the JWT-SVID requests to the CA in flight at
-	// once; more callers wait (on their own context).
+	// once; the other flights wait for a slot (and leave the queue when
+	// their last caller leaves).
 	maxJWTMints = 16
 	// minJWTBundleRefetch spaces the bundle fetches triggered by a token
 	// signed with an unknown key, so that forged tokens with random key
@@ -65,6 +74,9 @@ var (
 	ErrInvalidAudience = errors.New("secretcache: invalid audience")
 	// ErrInvalidJWT is wrapped by every refusal of a token.
 	ErrInvalidJWT = errors.New("secretcache: invalid JWT-SVID")
+	// ErrTooManyJWTRequests is returned for a JWT-SVID of a new audience
+	// set while Config.MaxJWTFlights requests are in progress.
+	ErrTooManyJWTRequests = errors.New("secretcache: too many JWT-SVID requests in progress")
 )
 
 // JWTSVID is a JWT-SVID: minted for this workload, or validated.
@@ -90,24 +102,29 @@ type JWTBundle struct {
 // jwtCache holds the JWT-SVIDs (least recently used first out) and the JWT
 // bundle of a Manager.
 type jwtCache struct {
-	signer  JWTSigner
-	id      spiffeid.ID
-	clock   clock.Clock
-	log     *slog.Logger
-	max     int
-	refresh time.Duration
-	mints   chan struct{} // a token per CA request in flight
+	signer     JWTSigner
+	id         spiffeid.ID
+	clock      clock.Clock
+	log        *slog.Logger
+	warns      *logs.Throttle // of the CA failures callers cause
+	max        int
+	maxFlights int
+	refused    prometheus.Counter // requests refused by maxFlights; nil: none
+	refresh    time.Duration
+	mints      chan struct{} // a token per CA request in flight
 
 	mu      sync.Mutex
 	lru     *list.List // of *jwtEntry, most recently used first
 	entries map[string]*list.Element
 	flights map[string]*jwtFlight
+	stopped bool           // Run has ended: no new flight
+	running sync.WaitGroup // the flights' goroutines
 
 	bundle    atomic.Pointer[JWTBundle]
 	wanted    chan struct{} // closed once the bundle was asked for: keep it fresh
 	wantOnce  sync.Once
-	bundleMu  sync.Mutex // serialises fetches
-	lastFetch time.Time  // of the last fetch, under bundleMu
+	fetching  chan struct{} // a token held by the bundle fetch in progress
+	lastFetch time.Time     // of the last fetch, under fetching
 
 	watchMu  sync.Mutex
 	watchID  uint64
@@ -120,16 +137,23 @@ type jwtEntry struct {
 	renewAt time.Time
 }
 
+// jwtFlight is one JWT-SVID request, shared by the callers that want the
+// same audience set. It is cancelled when its last caller leaves, so that a
+// caller that gives up costs no CA request, and when Run ends.
 type jwtFlight struct {
-	done chan struct{}
-	svid *JWTSVID
-	err  error
+	done    chan struct{}
+	svid    *JWTSVID
+	err     error
+	waiters int // callers waiting, under jwtCache.mu
+	cancel  context.CancelFunc
 }
 
-func newJWTCache(signer JWTSigner, id spiffeid.ID, max int, refresh time.Duration, clk clock.Clock, log *slog.Logger) *jwtCache {
+func newJWTCache(signer JWTSigner, id spiffeid.ID, max, maxFlights int, refresh time.Duration, clk clock.Clock, log *slog.Logger) *jwtCache {
 	return &jwtCache{
-		signer: signer, id: id, clock: clk, log: log, max: max, refresh: refresh,
+		signer: signer, id: id, clock: clk, log: log, max: max, maxFlights: maxFlights, refresh: refresh,
+		warns:    logs.NewThrottle(),
 		mints:    make(chan struct{}, maxJWTMints),
+		fetching: make(chan struct{}, 1),
 		wanted:   make(chan struct{}),
 		lru:      list.New(),
 		entries:  map[string]*list.Element{},
@@ -142,8 +166,12 @@ func newJWTCache(signer JWTSigner, id spiffeid.ID, max int, refresh time.Duratio
 // while less than half its life has passed, else a new one from the CA
 // (one request however many callers ask for the same audience set). The
 // token is checked against the JWT bundle (signature, subject, audience,
-// expiry) before it is cached or returned. Errors: ErrInvalidAudience,
-// ErrJWTUnavailable, ErrNotReady (the CA failed), or the CA's refusal.
+// expiry) before it is cached or returned. A new audience set while
+// Config.MaxJWTFlights requests are in progress is refused at once with
+// ErrTooManyJWTRequests; a request whose callers have all left is
+// cancelled and never reaches the CA. Errors: ErrInvalidAudience,
+// ErrJWTUnavailable, ErrTooManyJWTRequests, ErrNotReady (the CA failed,
+// or Run has ended), or the CA's refusal.
 func (m *Manager) JWTSVID(ctx context.Context, audience []string) (*JWTSVID, error) {
 	if m.jwt == nil {
 		return nil, ErrJWTUnavailable
@@ -159,6 +187,17 @@ func (m *Manager) JWTSVIDsCached() int {
 	m.jwt.mu.Lock()
 	defer m.jwt.mu.Unlock()
 	return m.jwt.lru.Len()
+}
+
+// JWTRequestsInProgress returns how many JWT-SVID requests (one per
+// audience set) are in progress, at most Config.MaxJWTFlights.
+func (m *Manager) JWTRequestsInProgress() int {
+	if m.jwt == nil {
+		return 0
+	}
+	m.jwt.mu.Lock()
+	defer m.jwt.mu.Unlock()
+	return len(m.jwt.flights)
 }
 
 // JWTBundle returns the JWT bundle, fetching it from the CA the first
@@ -218,39 +257,103 @@ func (c *jwtCache) svid(ctx context.Context, audience []string) (*JWTSVID, error
 	}
 	f := c.flights[key]
 	if f == nil {
-		f = &jwtFlight{done: make(chan struct{})}
+		switch {
+		case c.stopped:
+			c.mu.Unlock()
+			return nil, fmt.Errorf("%w: the agent is stopping", ErrNotReady)
+		case len(c.flights) >= c.maxFlights:
+			c.mu.Unlock()
+			if c.refused != nil {
+				c.refused.Inc()
+			}
+			return nil, fmt.Errorf("%w: %d distinct audience sets are being requested, the limit; retry later", ErrTooManyJWTRequests, c.maxFlights)
+		}
+		// Not this caller's context: callers that join the flight still
+		// get its result when the first leaves. The flight's own context
+		// ends with its last caller (leave) or with Run (stop); the CA
+		// client bounds the request's time.
+		fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		f = &jwtFlight{done: make(chan struct{}), cancel: cancel}
 		c.flights[key] = f
-		// Detached from this caller, so that callers that joined it still
-		// get the result; the CA client bounds the request's time.
-		go c.mint(context.WithoutCancel(ctx), key, slices.Clone(audience), f)
+		c.running.Add(1)
+		go c.mint(fctx, key, slices.Clone(audience), f)
 	}
+	f.waiters++
 	c.mu.Unlock()
 	select {
 	case <-f.done:
 		return f.svid, f.err
 	case <-ctx.Done():
+		c.leave(key, f)
 		return nil, ctx.Err()
 	}
 }
 
-// mint obtains, checks and caches the JWT-SVID of f.
+// leave is a caller of f giving up; the last one cancels f, and a new
+// caller of the same audience set starts a new flight.
+func (c *jwtCache) leave(key string, f *jwtFlight) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.waiters--; f.waiters > 0 {
+		return
+	}
+	f.cancel()
+	if c.flights[key] == f {
+		delete(c.flights, key)
+	}
+}
+
+// stop cancels every flight, refuses new ones and waits for the flights'
+// goroutines: once Run returns, none is left.
+func (c *jwtCache) stop() {
+	c.mu.Lock()
+	c.stopped = true
+	for _, f := range c.flights {
+		f.cancel()
+	}
+	c.mu.Unlock()
+	c.running.Wait()
+}
+
+// mint obtains, checks and caches the JWT-SVID of f, unless f is cancelled
+// first: a flight whose callers all left before it got one of the CA slots
+// never asks the CA.
 func (c *jwtCache) mint(ctx context.Context, key string, audience []string, f *jwtFlight) {
-	c.mints <- struct{}{}
-	tok, err := c.signer.MintJWTSVID(ctx, c.id, audience)
-	<-c.mints
+	defer c.running.Done()
+	defer f.cancel()
+	var (
+		tok string
+		err error
+	)
+	select {
+	case c.mints <- struct{}{}:
+		if err = ctx.Err(); err == nil {
+			tok, err = c.signer.MintJWTSVID(ctx, c.id, audience)
+		}
+		<-c.mints
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
 	var svid *JWTSVID
 	if err == nil {
 		svid, err = c.validate(ctx, tok, audience, true)
 		if err == nil && (svid.ID != c.id || !sameSet(svid.Audience, audience)) {
 			err = fmt.Errorf("%w: the CA's token is for %s %q, want %s %q", ErrInvalidJWT, svid.ID, svid.Audience, c.id, audience)
 		}
-		if err != nil {
-			c.log.Warn("JWT-SVID from the CA refused", "error", err)
-			// The CA's fault, not the caller's: not ready, not invalid input.
-			err = fmt.Errorf("%w: the CA's JWT-SVID: %w", ErrNotReady, err)
-		}
-	} else {
-		c.log.Warn("JWT-SVID request failed", "error", err)
+	}
+	// Warnings are throttled: callers asking in a loop while the CA is
+	// down would otherwise write a line per request.
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		// Every caller left, or Run ended: nobody to tell, nothing to warn.
+		err = fmt.Errorf("%w: JWT-SVID request cancelled: %w", ErrNotReady, ctx.Err())
+	case tok != "":
+		c.warns.Warn(c.log, c.clock.Now(), "JWT-SVID from the CA refused", "error", err)
+		// The CA's fault, not the caller's: not ready, not invalid input.
+		err = fmt.Errorf("%w: the CA's JWT-SVID: %w", ErrNotReady, err)
+	default:
+		c.warns.Warn(c.log, c.clock.Now(), "JWT-SVID request failed", "error", err)
 	}
 	now := c.clock.Now()
 	c.mu.Lock()
@@ -265,7 +368,9 @@ func (c *jwtCache) mint(ctx context.Context, key string, audience []string, f *j
 			delete(c.entries, old.key)
 		}
 	}
-	delete(c.flights, key)
+	if c.flights[key] == f {
+		delete(c.flights, key)
+	}
 	f.svid, f.err = svid, err
 	c.mu.Unlock()
 	close(f.done)
@@ -298,10 +403,16 @@ func (c *jwtCache) currentBundle(ctx context.Context) (*JWTBundle, error) {
 }
 
 // fetchBundle fetches the bundle unless one newer than seen was installed
-// meanwhile, or unless force is false and the last fetch was recent.
+// meanwhile, or unless force is false and the last fetch was recent. One
+// fetch at a time; a caller waiting for another's fetch leaves when its
+// context ends (ValidateJWTSVID callers do not pile up behind a slow CA).
 func (c *jwtCache) fetchBundle(ctx context.Context, seen *JWTBundle, force bool) (*JWTBundle, error) {
-	c.bundleMu.Lock()
-	defer c.bundleMu.Unlock()
+	select {
+	case c.fetching <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: JWT bundle: %w", ErrNotReady, ctx.Err())
+	}
+	defer func() { <-c.fetching }()
 	cur := c.bundle.Load()
 	if cur != nil && cur != seen {
 		return cur, nil
@@ -344,7 +455,13 @@ func (c *jwtCache) notify(b *JWTBundle) {
 
 // run refreshes the bundle every refresh interval once it is in use (an
 // agent whose workloads never use JWT-SVIDs never asks the CA for it).
+// When ctx ends it cancels the JWT-SVID requests in progress and waits for
+// them.
 func (c *jwtCache) run(ctx context.Context) {
+	c.mu.Lock()
+	c.stopped = false
+	c.mu.Unlock()
+	defer c.stop()
 	select {
 	case <-ctx.Done():
 		return

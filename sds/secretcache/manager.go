@@ -78,6 +78,11 @@ type Config struct {
 	// MaxJWTSVIDs bounds the JWT-SVIDs cached (least recently used out);
 	// 0 means DefaultMaxJWTSVIDs.
 	MaxJWTSVIDs int
+	// MaxJWTFlights bounds the JWT-SVID requests in progress at once (one
+	// per audience set, however many callers wait for it); a new audience
+	// set beyond it is refused with ErrTooManyJWTRequests. 0 means
+	// DefaultMaxJWTFlights.
+	MaxJWTFlights int
 	// JWTBundleRefresh is how often Run fetches the JWT bundle again once
 	// it is in use; 0 means DefaultJWTBundleRefresh.
 	JWTBundleRefresh time.Duration
@@ -181,8 +186,8 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.BackoffBase < 0 || cfg.BackoffMax < 0 {
 		return nil, errors.New("secretcache: backoff durations must not be negative")
 	}
-	if cfg.MaxJWTSVIDs < 0 || cfg.JWTBundleRefresh < 0 {
-		return nil, errors.New("secretcache: Config.MaxJWTSVIDs and JWTBundleRefresh must not be negative")
+	if cfg.MaxJWTSVIDs < 0 || cfg.MaxJWTFlights < 0 || cfg.JWTBundleRefresh < 0 {
+		return nil, errors.New("secretcache: Config.MaxJWTSVIDs, MaxJWTFlights and JWTBundleRefresh must not be negative")
 	}
 	if cfg.MaxFileSecretSize < 0 || cfg.RootRefresh < 0 || cfg.MaxRoots < 0 {
 		return nil, errors.New("secretcache: Config.MaxFileSecretSize, RootRefresh and MaxRoots must not be negative")
@@ -229,13 +234,16 @@ func New(cfg Config) (*Manager, error) {
 	m.log = logs.OrDiscard(m.log).With("component", "secretcache")
 	if cfg.JWTSigner != nil {
 		m.jwt = newJWTCache(cfg.JWTSigner, cfg.ID, cmp.Or(cfg.MaxJWTSVIDs, DefaultMaxJWTSVIDs),
-			cmp.Or(cfg.JWTBundleRefresh, DefaultJWTBundleRefresh), m.clock, m.log)
+			cmp.Or(cfg.MaxJWTFlights, DefaultMaxJWTFlights), cmp.Or(cfg.JWTBundleRefresh, DefaultJWTBundleRefresh), m.clock, m.log)
 	}
 	met, err := newMetrics(cfg.Registerer, m)
 	if err != nil {
 		return nil, err
 	}
 	m.metrics = met
+	if m.jwt != nil {
+		m.jwt.refused = met.jwtRefused
+	}
 	return m, nil
 }
 

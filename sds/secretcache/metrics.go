@@ -17,6 +17,8 @@ type metrics struct {
 	fileFailures  prometheus.Counter
 	pushes        prometheus.Counter
 	expirySeconds prometheus.GaugeFunc
+	jwtRequests   prometheus.GaugeFunc
+	jwtRefused    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, m *Manager) (*metrics, error) {
@@ -42,8 +44,14 @@ func newMetrics(reg prometheus.Registerer, m *Manager) (*metrics, error) {
 				}
 				return s.NotAfter.Sub(m.clock.Now()).Seconds()
 			}),
+		jwtRequests: metric.GaugeFunc("meshid_agent_jwt_requests",
+			"JWT-SVID requests in progress (one per audience set, waiting for a CA slot or at the CA).",
+			func() float64 { return float64(m.JWTRequestsInProgress()) }),
+		jwtRefused: metric.Counter("meshid_agent_jwt_requests_refused_total",
+			"JWT-SVID requests refused because MaxJWTFlights requests were in progress."),
 	}
-	err := metric.Register(reg, met.rotations, met.caFailures, met.fileFailures, met.pushes, met.expirySeconds)
+	err := metric.Register(reg, met.rotations, met.caFailures, met.fileFailures, met.pushes, met.expirySeconds,
+		met.jwtRequests, met.jwtRefused)
 	var already prometheus.AlreadyRegisteredError
 	switch {
 	case errors.As(err, &already):

@@ -3,7 +3,6 @@ package workloadapi
 import (
 	"context"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -16,9 +15,8 @@ const MetadataKey = "workload.spiffe.io"
 
 // Refusal reasons, the reason label of meshid_workloadapi_refused_total.
 const (
-	reasonMetadata    = "metadata"
-	reasonStreams     = "streams"
-	reasonConnections = "connections"
+	reasonMetadata = "metadata"
+	// and unixsock's: streams, calls, connections
 )
 
 // checkMetadata returns InvalidArgument unless ctx carries MetadataKey
@@ -30,32 +28,4 @@ func (s *Server) checkMetadata(ctx context.Context) error {
 	}
 	s.metrics.refused.WithLabelValues(reasonMetadata).Inc()
 	return status.Errorf(codes.InvalidArgument, "security header missing from request: %s: true is required", MetadataKey)
-}
-
-func (s *Server) unaryGate(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := s.checkMetadata(ctx); err != nil {
-		return nil, err
-	}
-	return h(ctx, req)
-}
-
-// streamGate checks the metadata, then takes one of the MaxStreams tokens
-// for the stream's life: one stream more is refused with ResourceExhausted
-// rather than queued, so a client cannot hold the agent's memory.
-func (s *Server) streamGate(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if err := s.checkMetadata(ss.Context()); err != nil {
-		return err
-	}
-	select {
-	case s.streams <- struct{}{}:
-	default:
-		s.metrics.refused.WithLabelValues(reasonStreams).Inc()
-		return status.Errorf(codes.ResourceExhausted, "too many Workload API streams open (%d)", cap(s.streams))
-	}
-	s.metrics.streams.Inc()
-	defer func() {
-		<-s.streams
-		s.metrics.streams.Dec()
-	}()
-	return h(srv, ss)
 }

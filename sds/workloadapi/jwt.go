@@ -112,8 +112,9 @@ func (s *Server) jwtSource() (JWTSource, error) {
 	return nil, status.Error(codes.Unimplemented, "this agent serves no JWT-SVIDs")
 }
 
-// jwtStatus maps a JWT failure to its status: bad input InvalidArgument, a
-// CA refusal its own code, anything not ready Unavailable. Token contents
+// jwtStatus maps a JWT failure to its status: bad input InvalidArgument, too
+// many requests in progress ResourceExhausted, a CA refusal its own code,
+// anything not ready Unavailable. Token contents
 // never reach the message: the errors name what failed, not the token.
 func (s *Server) jwtStatus(ctx context.Context, err error) error {
 	switch {
@@ -123,10 +124,12 @@ func (s *Server) jwtStatus(ctx context.Context, err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, secretcache.ErrJWTUnavailable):
 		return status.Error(codes.Unavailable, "this agent has no CA for JWT-SVIDs")
+	case errors.Is(err, secretcache.ErrTooManyJWTRequests):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	}
 	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown && st.Code() != codes.OK {
 		return status.Error(st.Code(), "CA: "+st.Message())
 	}
-	s.log.Warn("Workload API: JWT request failed", "error", err)
+	s.jwtWarns.Warn(s.log, s.clock.Now(), "Workload API: JWT request failed", "error", err)
 	return status.Error(codes.Unavailable, "JWT-SVIDs are not available now")
 }

@@ -2,7 +2,9 @@ package workloadapi_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -223,5 +225,72 @@ func TestHugeHeadersRefused(t *testing.T) {
 	}
 	if n := testkit.Metric(t, a.reg, "meshid_workloadapi_pushes_total", "method", "FetchX509SVID"); n != 0 {
 		t.Fatalf("%v SVIDs sent to the call with huge headers", n)
+	}
+}
+
+// blockingJWT is a Manager whose JWTSVID waits for its caller to leave, or
+// answers err when set.
+type blockingJWT struct {
+	*secretcache.Manager
+	inside atomic.Int64
+	err    error
+}
+
+func (b *blockingJWT) JWTSVID(ctx context.Context, _ []string) (*secretcache.JWTSVID, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	b.inside.Add(1)
+	defer b.inside.Add(-1)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// Issue 28, hole 1: unary calls (FetchJWTSVID, ValidateJWTSVID) are capped
+// over the socket like streams: one call more than MaxCalls is refused
+// with ResourceExhausted and counted; streams are served meanwhile (their
+// own cap); a slot comes back when its caller leaves. Before, unary calls
+// escaped every limit.
+func TestCallLimit(t *testing.T) {
+	var src *blockingJWT
+	a := newAgent(t, nil, nil, "app", func(c *workloadapi.Config) {
+		src = &blockingJWT{Manager: c.Source.(*secretcache.Manager)}
+		c.Source = src
+		c.MaxCalls = 3
+	})
+	c := raw(t, a.path)
+	ctx := withHeader(guardCtx(t))
+	cctx, leave := context.WithCancel(ctx)
+	results := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, err := c.FetchJWTSVID(cctx, &workloadpb.JWTSVIDRequest{Audience: []string{"a"}})
+			results <- err
+		}()
+	}
+	waitFor(t, func() bool { return src.inside.Load() == 3 })
+	_, err := c.FetchJWTSVID(ctx, &workloadpb.JWTSVIDRequest{Audience: []string{"a"}})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "too many Workload API calls") {
+		t.Fatalf("a call beyond the cap: %v, want ResourceExhausted", err)
+	}
+	if n := testkit.Metric(t, a.reg, "meshid_workloadapi_refused_total", "reason", "calls"); n != 1 {
+		t.Fatalf("refused_total{calls} = %v, want 1", n)
+	}
+	if err := firstResponse(ctx, c, 0); err != nil {
+		t.Fatalf("a stream while the calls are full: %v", err)
+	}
+	leave()
+	for range 3 {
+		if err := <-results; status.Code(err) != codes.Canceled {
+			t.Fatalf("a call whose caller left: %v", err)
+		}
+	}
+	src.err = fmt.Errorf("%w: 64 distinct audience sets are being requested", secretcache.ErrTooManyJWTRequests)
+	waitFor(t, func() bool {
+		_, err = c.FetchJWTSVID(ctx, &workloadpb.JWTSVIDRequest{Audience: []string{"a"}})
+		return status.Code(err) != codes.ResourceExhausted || strings.Contains(err.Error(), "audience sets")
+	})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "64 distinct audience sets") {
+		t.Fatalf("too many JWT-SVID requests: %v, want ResourceExhausted naming the bound", err)
 	}
 }

@@ -1,6 +1,10 @@
 package workloadapi
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshid/meshid/internal/unixsock"
+)
 
 type metrics struct {
 	streams prometheus.Gauge
@@ -16,7 +20,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshid_workloadapi_refused_total",
-			Help: "Workload API calls and connections refused, by reason (metadata, streams, connections).",
+			Help: "Workload API calls and connections refused, by reason (metadata, streams, calls, connections).",
 		}, []string{"reason"}),
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshid_workloadapi_pushes_total",
@@ -27,7 +31,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, mth := range []string{"FetchX509SVID", "FetchX509Bundles"} {
 		m.pushes.WithLabelValues(mth)
 	}
-	for _, r := range []string{reasonMetadata, reasonStreams, reasonConnections} {
+	for _, r := range []string{reasonMetadata, unixsock.ReasonStreams, unixsock.ReasonCalls, unixsock.ReasonConnections} {
 		m.refused.WithLabelValues(r)
 	}
 	if reg == nil {

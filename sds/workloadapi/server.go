@@ -6,18 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	workloadpb "github.com/spiffe/go-spiffe/v2/proto/spiffe/workload"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/connlimit"
 	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/unixsock"
 	"github.com/meshid/meshid/sds/secretcache"
@@ -42,6 +38,10 @@ const (
 	// DefaultMaxStreams caps the streams open at once over the whole
 	// socket. An application holds one or two (an X509Source holds one).
 	DefaultMaxStreams = 1024
+	// DefaultMaxCalls caps the unary calls (FetchJWTSVID, ValidateJWTSVID)
+	// in progress at once over the whole socket. A JWTSource makes one
+	// at a time.
+	DefaultMaxCalls = 256
 	// DefaultMaxConnections caps the connections open at once.
 	DefaultMaxConnections = 256
 	// DefaultShutdownTimeout bounds Run's shutdown after its context ends.
@@ -53,8 +53,9 @@ const (
 const MaxRequestSize = 64 << 10
 
 // MaxHeaderListSize bounds a request's headers (gRPC's default is 16 MiB):
-// a Workload API call needs one short header.
-const MaxHeaderListSize = 16 << 10
+// a Workload API call needs one short header. It is every agent socket's
+// (unixsock.MaxHeaderListSize).
+const MaxHeaderListSize = unixsock.MaxHeaderListSize
 
 // Config configures a Server.
 type Config struct {
@@ -66,10 +67,14 @@ type Config struct {
 	// the group connect. Bits for others are refused: the socket hands out
 	// private keys.
 	SocketMode os.FileMode
-	// MaxStreams caps the streams (FetchX509SVID, FetchX509Bundles) open
-	// at once; one more is refused with ResourceExhausted. 0 means
-	// DefaultMaxStreams.
+	// MaxStreams caps the streams (FetchX509SVID, FetchX509Bundles,
+	// FetchJWTBundles) open at once; one more is refused with
+	// ResourceExhausted. 0 means DefaultMaxStreams.
 	MaxStreams int
+	// MaxCalls caps the unary calls (FetchJWTSVID, ValidateJWTSVID) in
+	// progress at once; one more is refused with ResourceExhausted. 0
+	// means DefaultMaxCalls.
+	MaxCalls int
 	// MaxConnections caps the connections open at once; one more is
 	// closed as soon as accepted. 0 means DefaultMaxConnections.
 	MaxConnections int
@@ -89,18 +94,15 @@ type Server struct {
 	// The socket's life: Listen, Ready, SocketPath and Run (unixsock's).
 	*unixsock.Server
 
-	src      Source
-	maxConns int
-	log      *slog.Logger
-	clock    clock.Clock
-	metrics  *metrics
-	grpc     *grpc.Server
-	streams  chan struct{} // a token per open stream
-	x509     responses
-
-	warnMu       sync.Mutex
-	lastWarn     time.Time // of the last refused-connection warning
-	refusedSince int       // refused connections since lastWarn
+	src     Source
+	log     *slog.Logger
+	clock   clock.Clock
+	metrics *metrics
+	grpc    *grpc.Server
+	x509    responses
+	// jwtWarns throttles the warnings about failed JWT requests: a
+	// client asking in a loop while the CA is down cannot flood the log.
+	jwtWarns *logs.Throttle
 }
 
 // New validates cfg and returns a Server. It starts nothing; call Listen
@@ -113,10 +115,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SocketMode, err = unixsock.CheckSocket(cfg.SocketPath, cfg.SocketMode); err != nil {
 		return nil, fmt.Errorf("workloadapi: %w", err)
 	}
-	if cfg.MaxStreams < 0 || cfg.MaxConnections < 0 || cfg.ShutdownTimeout < 0 {
-		return nil, errors.New("workloadapi: Config.MaxStreams, MaxConnections and ShutdownTimeout must not be negative")
+	if cfg.MaxStreams < 0 || cfg.MaxCalls < 0 || cfg.MaxConnections < 0 || cfg.ShutdownTimeout < 0 {
+		return nil, errors.New("workloadapi: Config.MaxStreams, MaxCalls, MaxConnections and ShutdownTimeout must not be negative")
 	}
 	cfg.MaxStreams = cmp.Or(cfg.MaxStreams, DefaultMaxStreams)
+	cfg.MaxCalls = cmp.Or(cfg.MaxCalls, DefaultMaxCalls)
 	cfg.MaxConnections = cmp.Or(cfg.MaxConnections, DefaultMaxConnections)
 	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout)
 	log := logs.OrDiscard(cfg.Logger)
@@ -126,50 +129,30 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		src:      cfg.Source,
-		maxConns: cfg.MaxConnections,
 		log:      log.With("component", "workloadapi"),
 		clock:    clock.OrReal(cfg.Clock),
 		metrics:  m,
-		streams:  make(chan struct{}, cfg.MaxStreams),
+		jwtWarns: logs.NewThrottle(),
 	}
-	s.grpc = grpc.NewServer(
-		// Stop waits for the stream handlers, which cancel their watches,
-		// so Run leaves nothing behind.
-		grpc.WaitForHandlers(true),
-		grpc.MaxRecvMsgSize(MaxRequestSize),
-		grpc.MaxHeaderListSize(MaxHeaderListSize),
-		grpc.UnaryInterceptor(s.unaryGate),
-		grpc.StreamInterceptor(s.streamGate),
-		// Clients may ping a quiet stream; do not punish them for it.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	// The limits of every agent socket (unixsock.NewGRPC), the security
+	// header checked before a call takes a slot.
+	s.grpc = unixsock.NewGRPC(unixsock.GRPCConfig{
+		Label:  "Workload API",
+		Limits: unixsock.Limits{MaxRequestSize: MaxRequestSize, MaxStreams: cfg.MaxStreams, MaxCalls: cfg.MaxCalls},
+		Check:  s.checkMetadata,
+		Refused: func(reason string) {
+			s.metrics.refused.WithLabelValues(reason).Inc()
+		},
+		StreamOpened: func(delta int) { s.metrics.streams.Add(float64(delta)) },
+	})
 	workloadpb.RegisterSpiffeWorkloadAPIServer(s.grpc, s)
 	s.Server = unixsock.NewServer(unixsock.ServerConfig{
 		Name: "workloadapi", Label: "Workload API", Path: cfg.SocketPath, Mode: cfg.SocketMode, Serve: s.grpc,
-		// A connection beyond the cap is closed at once (see connlimit),
-		// so that clients fail fast instead of queueing unanswered.
-		Wrap: func(ln net.Listener) net.Listener {
-			return connlimit.New(ln, connlimit.Config{Max: cfg.MaxConnections, Refused: s.refuseConn})
+		MaxConnections: cfg.MaxConnections,
+		Refused: func(reason string) {
+			s.metrics.refused.WithLabelValues(reason).Inc()
 		},
 		ShutdownTimeout: cfg.ShutdownTimeout, Clock: s.clock, Logger: s.log,
 	})
 	return s, nil
-}
-
-// refuseConn counts a connection refused by the cap and warns at most once
-// a minute (with the count since the last warning), so that a client
-// hammering the socket cannot flood the log.
-func (s *Server) refuseConn(string) {
-	s.metrics.refused.WithLabelValues(reasonConnections).Inc()
-	now := s.clock.Now()
-	s.warnMu.Lock()
-	s.refusedSince++
-	if !s.lastWarn.IsZero() && now.Sub(s.lastWarn) < time.Minute {
-		s.warnMu.Unlock()
-		return
-	}
-	n := s.refusedSince
-	s.refusedSince, s.lastWarn = 0, now
-	s.warnMu.Unlock()
-	s.log.Warn("Workload API connections refused: too many open", "max_connections", s.maxConns, "refused", n)
 }

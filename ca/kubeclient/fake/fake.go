@@ -7,6 +7,7 @@ package fake
 
 import (
 	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,6 +76,11 @@ func (c *Clientset) AuthenticationV1() kubeclient.AuthenticationV1Interface {
 // CoordinationV1 returns the fake coordination/v1 client.
 func (c *Clientset) CoordinationV1() kubeclient.CoordinationV1Interface {
 	return &coordinationV1{&c.Fake}
+}
+
+// CertificatesV1 returns the fake certificates.k8s.io/v1 client.
+func (c *Clientset) CertificatesV1() kubeclient.CertificatesV1Interface {
+	return &certificatesV1{&c.Fake}
 }
 
 // listed is a list type with items of T = *X.
@@ -174,4 +180,23 @@ func (c *coordinationV1) RESTClient() rest.Interface { var r *rest.RESTClient; r
 func (c *coordinationV1) Leases(ns string) kubeclient.LeaseInterface {
 	return typed[coordinationv1.Lease, *coordinationv1.Lease](c.fake, coordinationv1.SchemeGroupVersion, "leases", "Lease", ns,
 		func(l *coordinationv1.LeaseList) *[]coordinationv1.Lease { return &l.Items })
+}
+
+type certificatesV1 struct{ fake *testing.Fake }
+
+// RESTClient is nil, as in client-go's fake.
+func (c *certificatesV1) RESTClient() rest.Interface { var r *rest.RESTClient; return r }
+
+func (c *certificatesV1) PodCertificateRequests(ns string) kubeclient.PodCertificateRequestInterface {
+	return typed[certificatesv1.PodCertificateRequest, *certificatesv1.PodCertificateRequest](c.fake, certificatesv1.SchemeGroupVersion,
+		"podcertificaterequests", "PodCertificateRequest", ns,
+		func(l *certificatesv1.PodCertificateRequestList) *[]certificatesv1.PodCertificateRequest {
+			return &l.Items
+		})
+}
+
+func (c *certificatesV1) ClusterTrustBundles() kubeclient.ClusterTrustBundleInterface {
+	return typed[certificatesv1.ClusterTrustBundle, *certificatesv1.ClusterTrustBundle](c.fake, certificatesv1.SchemeGroupVersion,
+		"clustertrustbundles", "ClusterTrustBundle", "",
+		func(l *certificatesv1.ClusterTrustBundleList) *[]certificatesv1.ClusterTrustBundle { return &l.Items })
 }

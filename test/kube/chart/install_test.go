@@ -101,8 +101,8 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 
 	mustHelm(t, "install", release, chartDir, "--namespace", ns, "--set", "image.tag=v1")
 	v1 := releaseObjects(t, release, ns)
-	if len(v1) != 11 {
-		t.Errorf("release holds %q, want the 11 default objects", v1.keys())
+	if len(v1) != 13 {
+		t.Errorf("release holds %q, want the 13 default objects", v1.keys())
 	}
 	assertLive(t, v1, release)
 	dep, err := cluster.Client().AppsV1().Deployments(ns).Get(ctx, "helmtest-meshid", metav1.GetOptions{})

@@ -69,6 +69,7 @@ func TestTemplateDefaults(t *testing.T) {
 		key("Role", ns, "meshid"), key("RoleBinding", ns, "meshid"), key("Service", ns, "meshid"),
 		key("Deployment", ns, "meshid"), key("PodDisruptionBudget", ns, "meshid"), key("NetworkPolicy", ns, "meshid"),
 		key("FlowSchema", "", "meshid-ca-tokenreviews"), key("PriorityLevelConfiguration", "", "meshid-ca-tokenreviews"),
+		key("ClusterRole", "", "meshid-local-verification"), key("ClusterRoleBinding", "", "meshid-local-verification"),
 	}
 	got := r.keys()
 	sort.Strings(got)
@@ -85,7 +86,8 @@ func TestTemplateDefaults(t *testing.T) {
 		t.Errorf("image %q, want meshid:latest (what make image builds)", c.Image)
 	}
 	for _, arg := range []string{"server", "--listen=0.0.0.0:15012", "--monitoring-listen=0.0.0.0:15014", "--ca-dir=/etc/cacerts",
-		"--serving-dns-names=meshid.istio-system.svc,meshid.istio-system.svc.cluster.local", "--trust-domain=cluster.local"} {
+		"--serving-dns-names=meshid.istio-system.svc,meshid.istio-system.svc.cluster.local", "--trust-domain=cluster.local",
+		"--token-verification=auto"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("args %q lack %s", c.Args, arg)
 		}
@@ -118,12 +120,7 @@ func TestTemplateDefaults(t *testing.T) {
 // every server value, is a flag of the real `meshid server` (a renamed flag
 // would crash-loop every replica).
 func TestTemplateFlagsExist(t *testing.T) {
-	dir := t.TempDir()
-	bin, err := harness.BuildMeshid(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	help, err := exec.Command(bin, "server", "--help").CombinedOutput()
+	help, err := exec.Command(meshidBinary(t), "server", "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("meshid server --help: %v\n%s", err, help)
 	}
@@ -156,7 +153,7 @@ var everyServerValue = []string{
 	"server.rateLimit=2.5", "server.kubeQPS=100", "server.kubeBurst=200", "server.publishRootConfigMap=false",
 	"server.rootConfigMapNamespaces=istio-injection=enabled", "server.trustedNodeAccounts={istio-system/ztunnel}",
 	"server.maxConnections=1000000", "server.maxConnectionsPerIP=64", "server.firstRequestTimeout=5s",
-	"server.servingTTL=12h", "server.jwtSVIDTTL=2m", "server.jwtKeyLifetime=6h", "server.servingDNSNames={ca.example.org}", "server.logLevel=debug", "server.logFormat=text",
+	"server.servingTTL=12h", "server.jwtSVIDTTL=2m", "server.apiserverReadinessGrace=45s", "server.jwtKeyLifetime=6h", "server.servingDNSNames={ca.example.org}", "server.logLevel=debug", "server.logFormat=text",
 }
 
 // TestTemplateKubeCASecretAndNodeMode: the Secret-held CA, a registry
@@ -173,7 +170,7 @@ func TestTemplateKubeCASecretAndNodeMode(t *testing.T) {
 	for _, arg := range []string{"--kube-ca-secret", "--trusted-node-accounts=istio-system/ztunnel", "--rate-limit=2.5",
 		"--max-connections=1000000", "--token-audiences=istio-ca,meshid", "--publish-root-configmap=false", "--cap-ttl-to-token",
 		"--serving-dns-names=prod-meshid.mesh-ca.svc,prod-meshid.mesh-ca.svc.cluster.local,ca.example.org",
-		"--root-configmap-namespaces=istio-injection=enabled", "--log-format=text"} {
+		"--root-configmap-namespaces=istio-injection=enabled", "--log-format=text", "--apiserver-readiness-grace=45s"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("args %q lack %s", c.Args, arg)
 		}
@@ -199,15 +196,16 @@ func TestTemplateKubeCASecretAndNodeMode(t *testing.T) {
 }
 
 // TestTemplateRBACMatchesDeploy: the chart grants exactly the rules of the
-// plain manifests (deploy/10-rbac.yaml, deploy/ambient/), which test/kube/e2e
-// proves sufficient and minimal for the real CA.
+// plain manifests (deploy/10-rbac.yaml, deploy/15-local-verification.yaml,
+// deploy/ambient/), which test/kube/e2e proves sufficient and minimal for
+// the real CA.
 func TestTemplateRBACMatchesDeploy(t *testing.T) {
 	repo, err := harness.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	plain := map[string]*unstructured.Unstructured{}
-	for _, f := range []string{"10-rbac.yaml", "ambient/rbac-node-mode.yaml"} {
+	for _, f := range []string{"10-rbac.yaml", "15-local-verification.yaml", "ambient/rbac-node-mode.yaml"} {
 		objs, err := harness.ReadManifests(filepath.Join(repo, "deploy", f))
 		if err != nil {
 			t.Fatal(err)
@@ -221,6 +219,7 @@ func TestTemplateRBACMatchesDeploy(t *testing.T) {
 		{"ClusterRole", "", "meshid", "ClusterRole/meshid"},
 		{"Role", "istio-system", "meshid", "Role/meshid"},
 		{"ClusterRole", "", "meshid-node-mode", "ClusterRole/meshid-node-mode"},
+		{"ClusterRole", "", "meshid-local-verification", "ClusterRole/meshid-local-verification"},
 	} {
 		var got, want rbacv1.ClusterRole
 		into(t, r.get(t, c.kind, c.ns, c.name), &got)
@@ -321,18 +320,91 @@ func TestTemplateOptionalOff(t *testing.T) {
 			t.Errorf("%s rendered while disabled", k)
 		}
 	}
-	if len(r) != 7 {
-		t.Errorf("rendered %q, want the SA, RBAC, Service and Deployment", r.keys())
+	if len(r) != 9 {
+		t.Errorf("rendered %q, want the SA, RBAC (local verification's included), Service and Deployment", r.keys())
 	}
 }
 
 // TestTemplateRefusesBadValues: values the CA cannot run with fail the
 // render with a message naming the value.
 func TestTemplateRefusesBadValues(t *testing.T) {
-	for _, set := range [][]string{{"caMode=nope"}, {"replicaCount=0"}} {
+	for _, set := range [][]string{{"caMode=nope"}, {"replicaCount=0"}, {"server.tokenVerification=fast"}} {
 		_, err := renderErr(t, "meshid", "istio-system", set...)
 		if err == nil || !strings.Contains(err.Error(), strings.SplitN(set[0], "=", 2)[0]) {
 			t.Errorf("--set %v: %v, want an error naming the value", set, err)
+		}
+	}
+}
+
+// TestTemplateTokenVerification (issue 30): the default (auto) renders the
+// local-verification RBAC for the release's own ServiceAccount, whatever
+// the release name and namespace; tokenreview renders none of it and says
+// so to the server.
+func TestTemplateTokenVerification(t *testing.T) {
+	const ns = "mesh-edge"
+	r := render(t, "edge", ns)
+	var crb rbacv1.ClusterRoleBinding
+	into(t, r.get(t, "ClusterRoleBinding", "", "edge-meshid-local-verification"), &crb)
+	if crb.RoleRef.Name != "edge-meshid-local-verification" || len(crb.Subjects) != 1 ||
+		crb.Subjects[0].Kind != "ServiceAccount" || crb.Subjects[0].Name != "edge-meshid" || crb.Subjects[0].Namespace != ns {
+		t.Errorf("local-verification binding %+v, want the release's ServiceAccount %s/edge-meshid", crb, ns)
+	}
+	sa := r.get(t, "ServiceAccount", ns, "edge-meshid")
+	if d := deployment(t, r, ns, "edge-meshid"); d.Spec.Template.Spec.ServiceAccountName != sa.GetName() {
+		t.Errorf("the pods run as %q, the binding names %q", d.Spec.Template.Spec.ServiceAccountName, sa.GetName())
+	}
+	off := render(t, "edge", ns, "server.tokenVerification=tokenreview")
+	for k := range off {
+		if strings.Contains(k, "local-verification") {
+			t.Errorf("%s rendered with server.tokenVerification=tokenreview", k)
+		}
+	}
+	if args := deployment(t, off, ns, "edge-meshid").Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--token-verification=tokenreview") {
+		t.Errorf("args %q lack --token-verification=tokenreview", args)
+	}
+	local := render(t, "edge", ns, "server.tokenVerification=local")
+	local.get(t, "ClusterRole", "", "edge-meshid-local-verification")
+}
+
+// TestTemplateProbes (issue 30): the CA's Deployment, in the chart and in
+// both plain manifests, has a startup probe on /healthz that holds the
+// readiness (/readyz) and liveness (/healthz) probes back until the
+// process listens, and gives it a minute.
+func TestTemplateProbes(t *testing.T) {
+	repo, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := map[string]*appsv1.Deployment{"chart": deployment(t, render(t, "meshid", "istio-system"), "istio-system", "meshid"),
+		"chart kubeCASecret": deployment(t, render(t, "meshid", "istio-system", "caMode=kubeCASecret"), "istio-system", "meshid")}
+	for _, f := range []string{"20-ca.yaml", "kube-ca-secret/20-ca.yaml"} {
+		objs, err := harness.ReadManifests(filepath.Join(repo, "deploy", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			if o.GetKind() == "Deployment" {
+				var d appsv1.Deployment
+				into(t, o, &d)
+				deps["deploy/"+f] = &d
+			}
+		}
+	}
+	if len(deps) != 4 {
+		t.Fatalf("found %d Deployments, want the chart's two and deploy/'s two", len(deps))
+	}
+	for name, d := range deps {
+		c := d.Spec.Template.Spec.Containers[0]
+		sp, rp, lp := c.StartupProbe, c.ReadinessProbe, c.LivenessProbe
+		switch {
+		case sp == nil || sp.HTTPGet == nil || sp.HTTPGet.Path != "/healthz" || sp.HTTPGet.Port.String() != "http-monitoring":
+			t.Errorf("%s: startup probe %+v, want GET /healthz on http-monitoring", name, sp)
+		case sp.InitialDelaySeconds < 1 || sp.PeriodSeconds*sp.FailureThreshold < 60:
+			t.Errorf("%s: startup probe first after %d s, gives up after %d s: want at least 1 s and a minute", name, sp.InitialDelaySeconds, sp.PeriodSeconds*sp.FailureThreshold)
+		case rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/readyz":
+			t.Errorf("%s: readiness probe %+v, want /readyz", name, rp)
+		case lp == nil || lp.HTTPGet == nil || lp.HTTPGet.Path != "/healthz":
+			t.Errorf("%s: liveness probe %+v, want /healthz", name, lp)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -12,8 +11,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,25 +37,14 @@ import (
 // --token-verification) against the real API server, with its own
 // apiserver_request_total as the count of TokenReviews.
 
-// localVerificationDir holds the opt-in RBAC of local verification.
-const localVerificationDir = "local-verification/"
+// localVerificationDir is the file of local verification's RBAC, which
+// `kubectl apply -f deploy/` applies (the default, auto, needs it) and
+// deployRBAC leaves out, to show auto falling back without it.
+const localVerificationDir = "15-local-verification.yaml"
 
 // metricValue reads one sample, name{labels}, of a /metrics page.
 func metricValue(monitor, name, labels string) (float64, error) {
-	resp, err := http.Get("http://" + monitor + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	want := name + "{" + labels + "} "
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), want); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, fmt.Errorf("%s{%s} not exposed", name, labels)
+	return harness.ScrapeMetric(monitor, name, labels)
 }
 
 // waitLocal waits until the CA verifies tokens locally.
@@ -413,7 +399,7 @@ func (s *caServer) signCSR(ctx context.Context, token, csr string) error {
 
 // TestAutoFallsBack runs the CA in `auto` (the default) where local
 // verification cannot work: as deploy/'s meshid ServiceAccount without
-// deploy/local-verification/ (the informers are forbidden), and as a user
+// deploy/15-local-verification.yaml (the informers are forbidden), and as a user
 // who may list pods and service accounts but not read the issuer's
 // discovery URLs (RBAC). Each time the log and the metric say TokenReview,
 // and a token works through one TokenReview.
@@ -491,7 +477,7 @@ func noDiscoveryUser(t *testing.T) string {
 	return kc
 }
 
-// TestLocalVerificationRBAC applies deploy/local-verification/ for real:
+// TestLocalVerificationRBAC applies deploy/15-local-verification.yaml for real:
 // with it, the CA running as deploy/'s ServiceAccount verifies locally in
 // `auto`, and the rules grant nothing more than they say.
 func TestLocalVerificationRBAC(t *testing.T) {

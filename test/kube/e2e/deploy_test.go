@@ -229,6 +229,9 @@ func checkCADeployment(t *testing.T, ms []manifest, dep appsv1.Deployment) {
 		{"Service port http-monitoring 15014", hasPort(svc, "http-monitoring", 15014)},
 		{"runs as the meshid service account", dep.Spec.Template.Spec.ServiceAccountName == "meshid"},
 		{"readiness probe /readyz on 15014", c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil && c.ReadinessProbe.HTTPGet.Path == "/readyz" && portNumber(c, c.ReadinessProbe.HTTPGet.Port) == 15014},
+		// Issue 30: without it every pod's first readiness probe met a closed port.
+		{"startup probe /healthz on 15014, first after 1 s, up to a minute", c.StartupProbe != nil && c.StartupProbe.HTTPGet != nil && c.StartupProbe.HTTPGet.Path == "/healthz" &&
+			portNumber(c, c.StartupProbe.HTTPGet.Port) == 15014 && c.StartupProbe.InitialDelaySeconds >= 1 && c.StartupProbe.PeriodSeconds*c.StartupProbe.FailureThreshold >= 60},
 		{"liveness probe /healthz on 15014", c.LivenessProbe != nil && c.LivenessProbe.HTTPGet != nil && c.LivenessProbe.HTTPGet.Path == "/healthz" && portNumber(c, c.LivenessProbe.HTTPGet.Port) == 15014},
 		{"runAsNonRoot", dep.Spec.Template.Spec.SecurityContext != nil && ptrTrue(dep.Spec.Template.Spec.SecurityContext.RunAsNonRoot)},
 		{"read-only root filesystem", c.SecurityContext != nil && ptrTrue(c.SecurityContext.ReadOnlyRootFilesystem)},

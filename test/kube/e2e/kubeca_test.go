@@ -132,7 +132,13 @@ func sameCerts(a, b []*x509.Certificate) bool {
 	return slices.EqualFunc(a, b, (*x509.Certificate).Equal)
 }
 
-// deployRBAC applies deploy/'s namespace, ServiceAccount and RBAC for real,
+// podCertificatesDir holds the opt-in RBAC of the pod certificate signer
+// (--pod-certificate-signer); test/kube/podcert runs the CA with it and
+// checks it is minimal.
+const podCertificatesDir = "pod-certificates/"
+
+// deployRBAC applies deploy/'s namespace, ServiceAccount and RBAC (without
+// local verification's, 15-local-verification.yaml) for real,
 // and returns a kubeconfig that authenticates as that ServiceAccount.
 func deployRBAC(t *testing.T) string {
 	t.Helper()
@@ -140,8 +146,8 @@ func deployRBAC(t *testing.T) string {
 	a := newApplier(t, cluster.AdminConfig())
 	var n int
 	for _, m := range loadManifests(t) {
-		if strings.HasPrefix(m.file, nodeModeDir) || strings.HasPrefix(m.file, localVerificationDir) {
-			continue // opt-in RBAC (TestNodeModeRBAC, TestLocalVerificationRBAC)
+		if strings.HasPrefix(m.file, nodeModeDir) || strings.HasPrefix(m.file, localVerificationDir) || strings.HasPrefix(m.file, podCertificatesDir) {
+			continue // opt-in RBAC (TestNodeModeRBAC, test/kube/podcert), local verification's (TestLocalVerificationRBAC)
 		}
 		switch m.obj.GetKind() {
 		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,22 +27,16 @@ import (
 // binDir is a temporary directory for the meshid binary (set by TestMain).
 var binDir string
 
-var (
-	buildOnce sync.Once
-	meshidBin string
-	buildErr  error
-)
-
 // meshid returns the meshid command, built once from the repository root
 // exactly as a user builds it. Tests that do not run it (the API server
 // facts, the manifests) do not depend on it building.
 func meshid(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() { meshidBin, buildErr = harness.BuildMeshid(binDir) })
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	bin, err := harness.BuildMeshidOnce(binDir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return meshidBin
+	return bin
 }
 
 var trustDomain = spiffeid.RequireTrustDomainFromString("cluster.local")
@@ -63,6 +56,15 @@ type caServer struct {
 // waits until /readyz answers 200, and stops it when the test ends.
 func startCA(t *testing.T, kubeconfig string, extra ...string) *caServer {
 	t.Helper()
+	s := launchCA(t, kubeconfig, extra...)
+	waitHTTP(t, s.proc, "http://"+s.monitor+"/readyz")
+	return s
+}
+
+// launchCA is startCA without the wait for /readyz, for a CA that starts
+// while it cannot be ready.
+func launchCA(t *testing.T, kubeconfig string, extra ...string) *caServer {
+	t.Helper()
 	addr, err := harness.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +83,7 @@ func startCA(t *testing.T, kubeconfig string, extra ...string) *caServer {
 		"--kubeconfig", kubeconfig,
 		"--token-audiences", "istio-ca",
 	}, extra...)
-	s.proc = runMeshid(t, "meshid-server", dir, monitor, args...)
+	s.proc = startMeshid(t, "meshid-server", dir, args...)
 	t.Cleanup(func() { // before the process stops
 		if s.conn != nil {
 			s.conn.Close()
@@ -97,6 +99,16 @@ func startCA(t *testing.T, kubeconfig string, extra ...string) *caServer {
 // certificate.
 func runMeshid(t *testing.T, name, dir, monitor string, args ...string) *harness.Process {
 	t.Helper()
+	p := startMeshid(t, name, dir, args...)
+	waitHTTP(t, p, "http://"+monitor+"/readyz")
+	return p
+}
+
+// startMeshid starts the meshid binary with args as name, its log in
+// dir/name.log, until the test ends (logging the log's tail when the test
+// failed).
+func startMeshid(t *testing.T, name, dir string, args ...string) *harness.Process {
+	t.Helper()
 	p, err := harness.StartProcess(name, meshid(t), filepath.Join(dir, name+".log"), nil, args...)
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +121,6 @@ func runMeshid(t *testing.T, name, dir, monitor string, args ...string) *harness
 			t.Logf("%s log:\n%s", name, p.Tail(8192))
 		}
 	})
-	waitHTTP(t, p, "http://"+monitor+"/readyz")
 	return p
 }
 

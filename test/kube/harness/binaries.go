@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 )
 
 // ModuleRoot is the directory of the test/kube module.
@@ -101,6 +102,24 @@ func BuildMeshid(dir string) (string, error) {
 		return "", fmt.Errorf("harness: go build ./cmd/meshid: %w\n%s", err, b)
 	}
 	return out, nil
+}
+
+var (
+	meshidOnce sync.Once
+	meshidPath string
+	meshidErr  error
+)
+
+// BuildMeshidOnce is BuildMeshid into dir the first time it is called in
+// the process; later calls return that binary (or that error), whatever
+// their dir. A suite's tests that never run meshid do not build it.
+func BuildMeshidOnce(dir string) (string, error) {
+	meshidOnce.Do(func() {
+		if meshidErr = os.MkdirAll(dir, 0o755); meshidErr == nil {
+			meshidPath, meshidErr = BuildMeshid(dir)
+		}
+	})
+	return meshidPath, meshidErr
 }
 
 // EnsureHelm runs hack/build-helm.sh, which builds the pinned Helm CLI

@@ -35,7 +35,7 @@ var kubeQPS = flag.Int("kube-qps", 100000, "the CA's --kube-qps in BenchmarkFres
 
 // BenchmarkFreshTokens is issue 15's comparison, with the tools a user
 // runs: the real `meshid server` binary as deploy/'s meshid ServiceAccount
-// (with deploy/local-verification/ applied), once per
+// (with deploy/15-local-verification.yaml applied), once per
 // --token-verification mode, loaded by `meshid-bench ca --fresh-tokens
 // 5000` (5,000 pods with spec.nodeName, one pod-bound token each, one CSR
 // per token, 16 in flight), which reports certs/s, latency and the API
@@ -95,14 +95,14 @@ func buildBench(b *testing.B, dir string) string {
 	return out
 }
 
-// applyLocalVerificationRBAC applies deploy/local-verification/ for the
+// applyLocalVerificationRBAC applies deploy/15-local-verification.yaml for the
 // benchmark and removes it afterwards.
 func applyLocalVerificationRBAC(b *testing.B) {
 	repo, err := harness.RepoRoot()
 	if err != nil {
 		b.Fatal(err)
 	}
-	objs, err := harness.ReadManifests(filepath.Join(repo, "deploy", "local-verification", "rbac.yaml"))
+	objs, err := harness.ReadManifests(filepath.Join(repo, "deploy", "15-local-verification.yaml"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -51,6 +51,8 @@ as integers (YAML numbers are floats, and 1e+06 is no --max-connections). */}}
   (list "root-key-type" $s.rootKeyType)
   (list "token-audiences" $s.tokenAudiences)
   (list "tokenreview-issuers" $s.tokenreviewIssuers)
+  (list "token-verification" $s.tokenVerification)
+  (list "apiserver-readiness-grace" $s.apiserverReadinessGrace)
   (list "jwt-issuer" $s.jwtIssuer)
   (list "max-token-lifetime" $s.maxTokenLifetime)
   (list "rate-limit" (ternary $s.rateLimit "" (and (not (kindIs "invalid" $s.rateLimit)) (ne (toString $s.rateLimit) "0"))))
@@ -79,6 +81,10 @@ as integers (YAML numbers are floats, and 1e+06 is no --max-connections). */}}
 {{- $args = append $args (printf "--%s=%v" $name $v) -}}
 {{- end -}}
 {{- end -}}
+{{- /* Pod certificates (templates/rbac-pod-certificates.yaml). */ -}}
+{{- with .Values.podCertificates.signerName -}}
+{{- $args = append $args (printf "--pod-certificate-signer=%s" .) -}}
+{{- end -}}
 {{- range $s.extraArgs -}}
 {{- $args = append $args (toString .) -}}
 {{- end -}}
@@ -88,6 +94,9 @@ as integers (YAML numbers are floats, and 1e+06 is no --max-connections). */}}
 {{- define "meshid.validate" -}}
 {{- if not (has .Values.caMode (list "cacerts" "kubeCASecret")) -}}
 {{- fail (printf "caMode must be cacerts or kubeCASecret, not %q" .Values.caMode) -}}
+{{- end -}}
+{{- if not (has .Values.server.tokenVerification (list "auto" "local" "tokenreview")) -}}
+{{- fail (printf "server.tokenVerification must be auto, local or tokenreview, not %q" .Values.server.tokenVerification) -}}
 {{- end -}}
 {{- if lt (int .Values.replicaCount) 1 -}}
 {{- fail "replicaCount must be at least 1" -}}

@@ -6,7 +6,7 @@ AGENTBIN := bin/meshid-agent
 STATE    ?= ./.meshid-dev
 PKGS     := ./...
 
-.PHONY: all build run test test-unit test-kube test-image test-observability kube-binaries helm-binary cfssl-binary bench fuzz soak mutate lint fmt clean softhsm image image-context
+.PHONY: all build run test test-unit test-kube test-node test-image test-observability kube-binaries helm-binary cfssl-binary bench fuzz soak mutate lint fmt clean softhsm image image-context
 
 all: build
 
@@ -30,7 +30,7 @@ run: build
 ## test: every suite, including the real kube-apiserver suite and the
 ## container images on a real Docker engine (.ci/run installs and starts one;
 ## without Docker, run `make test-unit`).
-test: lint test-unit test-observability test-kube test-image
+test: lint test-unit test-observability test-kube test-node test-image
 
 ## test-unit: the main module's unit, integration and end-to-end tests
 ## (the upstream-CA tests serve the real cfssl: cfssl-binary).
@@ -107,7 +107,7 @@ test-image:
 test-observability:
 	cd test/observability && $(GO) test -count=1 ./...
 
-## kube-binaries: build kube-apiserver (and etcd) once into ~/.cache/meshid/kube-bin (shared by every clone).
+## kube-binaries: build kube-apiserver, etcd and the node's binaries (kubelet, kube-controller-manager, kube-scheduler, kube-proxy) once into ~/.cache/meshid/kube-bin (shared by every clone).
 kube-binaries:
 	bash test/kube/hack/build-binaries.sh
 
@@ -128,7 +128,16 @@ helm-binary:
 ## test-kube: the suite against a real etcd + kube-apiserver (and the chart
 ## through the real helm).
 test-kube: kube-binaries helm-binary
-	cd test/kube && GOFLAGS=-mod=mod $(GO) test -count=1 -timeout 30m ./...
+	cd test/kube && GOFLAGS=-mod=mod $(GO) test -count=1 -timeout 30m $$(GOFLAGS=-mod=mod $(GO) list ./... | grep -v -e '/test/kube/node$$' -e '/test/kube/node/')
+
+## test-node: the node suite (test/kube/node): a real node (containerd,
+## kubelet, kube-controller-manager, kube-scheduler, kube-proxy, CNI bridge)
+## beside the real API server. Needs root and Debian's containerd, runc,
+## containernetworking-plugins and iptables (.ci/run installs them); it
+## fails, with the reason, where it cannot run. One node per machine: the
+## suite waits for /run/lock/meshid-node.lock.
+test-node: kube-binaries helm-binary
+	cd test/kube && GOFLAGS=-mod=mod $(GO) test -count=1 -timeout 30m -v ./node/...
 
 ## bench: Go benchmarks and a short load run against `meshid dev`, with the
 ## load tool bin/meshid-bench (not a production binary: it links the charts).

@@ -63,6 +63,12 @@ type Config struct {
 	// before RBAC and the NodeRestriction admission plugin, so that the
 	// clients of NodeConfig are judged as kubelets.
 	NodeAuthorization bool
+	// ServiceAccountAdmission keeps the ServiceAccount admission plugin on:
+	// pods get the default service account and its API token volume. Off
+	// by default, because it refuses every pod whose service account does
+	// not exist and no controller-manager creates them; the node suite
+	// runs one.
+	ServiceAccountAdmission bool
 	// ExtraArgs are appended to the kube-apiserver command line.
 	ExtraArgs []string
 	// StartTimeout bounds each wait for readiness; 0 means 2 minutes.
@@ -219,7 +225,7 @@ func (c *Cluster) configureProcesses() error {
 		"--tls-private-key-file=" + c.path("serving.key"),
 		"--client-ca-file=" + c.path("ca.crt"),
 		"--service-cluster-ip-range=10.96.0.0/16",
-		"--disable-admission-plugins=ServiceAccount",
+		serviceAccountAdmissionArg(c.cfg),
 		"--service-account-key-file=" + c.path("sa.pub"),
 		"--service-account-signing-key-file=" + c.path("sa.key"),
 		"--service-account-issuer=" + c.cfg.Issuer,

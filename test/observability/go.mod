@@ -9,7 +9,11 @@ require (
 	github.com/prometheus/common v0.72.1
 	github.com/spiffe/go-spiffe/v2 v2.9.0
 	google.golang.org/grpc v1.85.0
-	k8s.io/client-go v0.37.2
+)
+
+require (
+	github.com/cloudflare/cfssl v1.6.5 // indirect
+	k8s.io/client-go v0.37.2 // indirect
 )
 
 require (
@@ -44,7 +48,6 @@ require (
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/dennwc/varint v1.0.0 // indirect
 	github.com/edsrzf/mmap-go v1.2.1-0.20241212181136-fad1cd13edbd // indirect
-	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0 // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
 	github.com/facette/natsort v0.0.0-20181210072756-2cd4dd1e2dcb // indirect

@@ -52,6 +52,19 @@ type federated struct {
 	bundles       map[spiffeid.TrustDomain][]*x509.Certificate
 	version       string // of bundles; "" before any
 	unimplemented bool   // the CA answered Unimplemented (logged once)
+	federating    bool   // the CA's last answer named a trust domain
+
+	// wake is signalled when a certificate is obtained: an idle poll
+	// (a CA that federates with nobody) asks again then.
+	wake chan struct{}
+}
+
+// renewed wakes an idle federation poll.
+func (f *federated) renewed() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (f *federated) init(cfg Config) error {
@@ -60,6 +73,7 @@ func (f *federated) init(cfg Config) error {
 	}
 	f.src, f.own = cfg.Federation, cfg.ID.TrustDomain()
 	f.refresh = cmp.Or(cfg.FederationRefresh, DefaultFederationRefresh)
+	f.wake = make(chan struct{}, 1)
 	return nil
 }
 
@@ -105,27 +119,49 @@ func (m *Manager) rebuildFederated() {
 }
 
 // runFederation asks the CA for the federated bundles at once and then
-// every refresh, until ctx ends.
+// every refresh while the CA federates, until ctx ends. While the CA
+// federates with nobody (or does not serve federated bundles) no timer
+// runs: every agent of a mesh without federation would otherwise ask the
+// CA every refresh for nothing. It asks again whenever a certificate is
+// obtained (at the first one, and at each renewal: a CA given peers is
+// restarted, and each agent renews within half its certificate's life).
 func (m *Manager) runFederation(ctx context.Context) {
-	if m.fed.src == nil {
+	f := &m.fed
+	if f.src == nil {
 		return
 	}
-	step := func(ctx context.Context) time.Duration {
-		m.pollFederation(ctx)
-		return m.fed.refresh
+	for {
+		var next <-chan time.Time
+		var t clock.Timer
+		if m.pollFederation(ctx) {
+			t = m.clock.NewTimer(f.refresh)
+			next = t.C()
+		}
+		select {
+		case <-ctx.Done():
+			if t != nil {
+				t.Stop()
+			}
+			return
+		case <-next:
+		case <-f.wake:
+			if t != nil {
+				t.Stop()
+			}
+		}
 	}
-	step(ctx)
-	clock.Loop(ctx, m.clock, m.fed.refresh, nil, step)
 }
 
 // pollFederation fetches the bundles once; a failure keeps the current
-// ones.
-func (m *Manager) pollFederation(ctx context.Context) {
+// ones. It reports whether to poll again at the refresh: the CA federates
+// (its last answer named a trust domain, or it sent one it could not
+// parse).
+func (m *Manager) pollFederation(ctx context.Context) bool {
 	f := &m.fed
 	raw, err := f.src.FetchFederatedBundles(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 		if status.Code(errors.Unwrap(err)) == codes.Unimplemented || status.Code(err) == codes.Unimplemented {
 			f.mu.Lock()
@@ -135,27 +171,32 @@ func (m *Manager) pollFederation(ctx context.Context) {
 			if first {
 				m.log.Info("the CA does not serve federated bundles (a CA older than this agent): ROOTCA_FEDERATED holds the mesh's roots only")
 			}
-			return
+			return false
 		}
 		m.log.Warn("federated bundles: the CA's answer failed; keeping the current ones", "error", err)
-		return
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.federating
 	}
 	bundles, jwtTDs, version, err := parseFederated(raw, f.own)
 	if err != nil {
 		m.log.Warn("federated bundles refused; keeping the current ones", "error", err)
-		return
+		return true
 	}
 	f.mu.Lock()
+	f.federating = len(raw) > 0
 	changed := version != f.version
 	if changed {
 		f.bundles, f.version = bundles, version
 	}
+	federating := f.federating
 	f.mu.Unlock()
 	if changed {
 		m.log.Info("federated bundles updated", "trust_domains", len(bundles), "version", version)
 		m.rebuildFederated()
 	}
 	m.syncJWTBundle(ctx, jwtTDs, changed)
+	return federating
 }
 
 // syncJWTBundle fetches the CA's JWT bundle again, when it is in use, if

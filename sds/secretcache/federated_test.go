@@ -95,12 +95,16 @@ func TestFederatedRoots(t *testing.T) {
 			t.Fatalf("bad answer %d replaced ROOTCA_FEDERATED", i)
 		}
 	}
+	// A CA without the method is logged once, and the poll stops: no
+	// timer of its own is left on the clock, only the renewal's.
 	src.set(nil, status.Error(codes.Unimplemented, "unknown service meshid.v1.FederationService"))
-	for range 2 {
-		testkit.WaitForTimers(t, f.clock, 2, "the renewal and the federation poll")
-		f.clock.Add(secretcache.DefaultFederationRefresh)
-	}
 	testkit.WaitForTimers(t, f.clock, 2, "the renewal and the federation poll")
+	f.clock.Add(secretcache.DefaultFederationRefresh)
+	f.logs.WaitFor(t, "the CA does not serve federated bundles", 1)
+	testkit.WaitForTimers(t, f.clock, 1, "the renewal")
+	if n := f.clock.Waiters(); n != 1 {
+		t.Fatalf("%d timers on the clock after the CA said it serves no federated bundles, want the renewal's only", n)
+	}
 	if n := f.logs.Count("the CA does not serve federated bundles"); n != 1 {
 		t.Fatalf("an older CA logged %d times, want once", n)
 	}
@@ -108,5 +112,27 @@ func TestFederatedRoots(t *testing.T) {
 	case s := <-fed:
 		t.Fatalf("a push without a change: %s", s.Version)
 	default:
+	}
+}
+
+// A CA that federates with nobody costs no poll: the agent keeps no timer
+// of its own for it, and asks again when it obtains a certificate, so a CA
+// restarted with peers is followed from the agent's next renewal.
+func TestFederationIdleUntilRenewal(t *testing.T) {
+	tdB := spiffeid.RequireTrustDomainFromString("b.example")
+	src := &fedSource{answer: map[string][]byte{}}
+	f := newFixture(t, func(c *secretcache.Config) { c.Federation = src })
+	f.run(t)
+	mustSecret(t, f.m, secretcache.DefaultName) // the first certificate
+	at := testkit.NextDeadline(t, f.clock, "the renewal")
+	if n := f.clock.Waiters(); n != 1 {
+		t.Fatalf("%d timers on the clock with no federation, want the renewal's only", n)
+	}
+	rootB := newTestCA(t, nil).currentRoot()
+	src.set(map[string][]byte{tdB.IDString(): spiffeBundle(t, tdB, rootB)}, nil)
+	f.clock.Set(at)
+	f.logs.WaitFor(t, "federated bundles updated", 1)
+	if s := mustSecret(t, f.m, secretcache.FederatedRootName); len(s.Federated[tdB]) != 1 || !s.Federated[tdB][0].Equal(rootB) {
+		t.Fatalf("after the renewal: federated %v", s.Federated)
 	}
 }

@@ -399,6 +399,7 @@ func (m *Manager) fly(ctx context.Context, f *flight) {
 	} else {
 		old := m.cert.Load()
 		m.cert.Store(cert)
+		m.fed.renewed() // an idle federation poll asks the CA again
 		m.answerRoots = roots.Roots
 		union, rootsChanged = m.setRootsLocked()
 		m.failures, m.retryAt, m.lastErr = 0, time.Time{}, nil

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -410,6 +411,18 @@ func (c *Cluster) ServiceAccountAlgorithm() jose.SignatureAlgorithm {
 	return jose.ES256
 }
 
+// Ports for child processes are chosen at random in [portLow, portHigh):
+// below the kernel's ephemeral range (32768 and up by default) and the
+// NodePort range (30000-32767). A port the kernel picks for ":0" is an
+// ephemeral one, which any process's next outgoing connection (a client of
+// the API server, say) may take as its source port before the child binds
+// it: TestKubeCAActivateOnFollower failed in CI with "bind: address already
+// in use" that way.
+const (
+	portLow  = 20000
+	portHigh = 30000
+)
+
 func freePorts(n int) ([]int, error) {
 	var ports []int
 	var ls []net.Listener
@@ -418,13 +431,17 @@ func freePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 1000 {
+			return nil, fmt.Errorf("harness: no free port in [%d, %d) after %d tries", portLow, portHigh, tries)
+		}
+		port := portLow + rand.IntN(portHigh-portLow)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
-			return nil, fmt.Errorf("harness: free port: %w", err)
+			continue // taken: try another
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
 	}
 	return ports, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +71,7 @@ func TestResourceNamesCapped(t *testing.T) {
 		}
 		h.wantMetric(t, 4, "meshid_agent_sds_bad_requests_total", "reason", "too_many_names")
 		// Every refused stream released what it held.
-		waitFor(t, "the cache to drop the refused streams' names", func() bool { return sds.CachedNames(h.srv) == 0 })
+		testkit.Until(t, "the cache to drop the refused streams' names", func() bool { return sds.CachedNames(h.srv) == 0 })
 	})
 }
 
@@ -109,12 +108,12 @@ func TestSubscriptionsFreed(t *testing.T) {
 		t.Fatalf("Manager holds %d topics and %d files, want 54 (default, 3 spellings, 50 absent files) and 51 (one file, 50 absent)", topics-topics0, files-files0)
 	}
 	c.request(dflt)
-	waitFor(t, "the unsubscribed names to be freed", func() bool {
+	testkit.Until(t, "the unsubscribed names to be freed", func() bool {
 		topics, files := m.Held()
 		return sds.CachedNames(h.srv) == 1 && topics == topics0+1 && files == files0
 	})
 	c.s.CloseSend()
-	waitFor(t, "the ended stream's names to be freed", func() bool {
+	testkit.Until(t, "the ended stream's names to be freed", func() bool {
 		topics, _ := m.Held()
 		return sds.CachedNames(h.srv) == 0 && topics == topics0
 	})
@@ -154,19 +153,4 @@ func TestWarningsRateLimited(t *testing.T) {
 	d := h.withDefault(t)
 	d.nack()
 	h.logs.WaitFor(t, "SDS client rejected", before+1)
-}
-
-// waitFor polls cond until it holds, failing after testkit.Guard.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		default:
-			runtime.Gosched()
-		}
-	}
 }

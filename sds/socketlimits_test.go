@@ -33,8 +33,8 @@ func TestSocketLimits(t *testing.T) {
 	}
 	h.wantMetric(t, 1, "meshid_agent_sds_refused_total", "reason", "streams")
 	first.s.CloseSend()
-	waitFor(t, "the first stream's end", func() bool { return h.metric(t, "meshid_agent_sds_streams") == 1 })
-	waitFor(t, "a stream slot", func() bool {
+	testkit.Until(t, "the first stream's end", func() bool { return h.metric(t, "meshid_agent_sds_streams") == 1 })
+	testkit.Until(t, "a stream slot", func() bool {
 		c := newSotw(t, h.client, nil)
 		c.request(dflt)
 		_, err := c.s.Recv()

@@ -1,5 +1,11 @@
 package testkit
 
+import (
+	"context"
+	"runtime"
+	"testing"
+)
+
 // Result is what a function run by Go returned.
 type Result[T any] struct {
 	Value T
@@ -16,4 +22,21 @@ func Go[T any](f func() (T, error)) <-chan Result[T] {
 		done <- Result[T]{v, err}
 	}()
 	return done
+}
+
+// Until spins until cond holds, failing t after Guard: for a test that
+// waits for goroutines to reach a state nothing signals. It yields the
+// processor between checks and never sleeps.
+func Until(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Guard)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		default:
+			runtime.Gosched()
+		}
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,22 +93,6 @@ func heldFixture(t *testing.T, mod func(*secretcache.Config)) (*fixture, *heldJW
 	return f, held
 }
 
-// until spins until cond holds, failing after testkit.Guard; it waits for
-// goroutines to reach a state nothing signals, and never sleeps.
-func until(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		default:
-			runtime.Gosched()
-		}
-	}
-}
-
 // Issue 28, hole 1: the flights are bounded; a request for one more
 // audience set is refused at once with ErrTooManyJWTRequests (a caller of
 // a set already in flight joins it); flights whose callers all leave are
@@ -137,8 +120,8 @@ func TestJWTFlightsBoundedAndCancelled(t *testing.T) {
 	for i := range flights {
 		callers = append(callers, call(fmt.Sprint("aud-", i)))
 	}
-	until(t, "16 requests at the CA", func() bool { return ca.inside.Load() == 16 })
-	until(t, "every flight started", func() bool { return f.m.JWTRequestsInProgress() == flights })
+	testkit.Until(t, "16 requests at the CA", func() bool { return ca.inside.Load() == 16 })
+	testkit.Until(t, "every flight started", func() bool { return f.m.JWTRequestsInProgress() == flights })
 	// Beyond the bound: refused at once, with a clear message.
 	_, err := f.m.JWTSVID(t.Context(), []string{"one-more"})
 	if !errors.Is(err, secretcache.ErrTooManyJWTRequests) || !strings.Contains(err.Error(), fmt.Sprintf("%d distinct audience sets", flights)) {
@@ -166,7 +149,7 @@ func TestJWTFlightsBoundedAndCancelled(t *testing.T) {
 		}
 	}
 	leave(false)
-	until(t, "the waiting requests' end", func() bool { return f.m.JWTRequestsInProgress() == 16 })
+	testkit.Until(t, "the waiting requests' end", func() bool { return f.m.JWTRequestsInProgress() == 16 })
 	leave(true)
 	if err := goleak.Find(base); err != nil {
 		t.Fatalf("goroutines left after every caller left: %v", err)
@@ -205,7 +188,7 @@ func TestJWTFlightsEndWithRun(t *testing.T) {
 			results <- err
 		}()
 	}
-	until(t, "16 requests at the CA", func() bool { return ca.inside.Load() == 16 })
+	testkit.Until(t, "16 requests at the CA", func() bool { return ca.inside.Load() == 16 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -265,7 +248,7 @@ func TestJWTBundleWaitWatchesContext(t *testing.T) {
 		cfg.JWTSigner = held
 	})
 	first := testkit.Go(func() (*secretcache.JWTBundle, error) { return f.m.JWTBundle(t.Context()) })
-	until(t, "the first fetch at the CA", func() bool { return held.inside.Load() == 1 })
+	testkit.Until(t, "the first fetch at the CA", func() bool { return held.inside.Load() == 1 })
 	ctx, cancel := context.WithCancel(context.Background())
 	second := testkit.Go(func() (*secretcache.JWTSVID, error) {
 		return f.m.ValidateJWTSVID(ctx, "a.b.c", "orders")

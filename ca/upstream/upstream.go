@@ -59,7 +59,11 @@ func Check(m *Minted, pub crypto.PublicKey, now time.Time, minLife time.Duration
 	if !samePublicKey(c.PublicKey, pub) {
 		return fmt.Errorf("%w: %q is not for the key meshid asked for", ErrRefused, c.Subject)
 	}
-	if _, err := certs.VerifyChain(m.Chain, m.Roots, now); err != nil {
+	chains, err := certs.VerifyChain(m.Chain, m.Roots, now)
+	if err == nil {
+		err = checkPathLen(chains)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: the chain does not verify to the roots returned: %v", ErrRefused, err)
 	}
 	if left := c.NotAfter.Sub(now); left < minLife {

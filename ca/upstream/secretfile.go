@@ -6,11 +6,10 @@ import (
 	"os"
 )
 
-// ReadSecretFile reads a credentials file whole under ReadHexKey's file
-// rules: a regular file (a symbolic link is followed, as in a mounted
+// ReadSecretFile reads a credentials file whole: a regular file (a symbolic link is followed, as in a mounted
 // Secret) that neither group nor others may read or write, at most
-// MaxCredentialsSize bytes. Errors name the file, never its contents. The
-// step-ca backend reads its JWK with it.
+// MaxCredentialsSize bytes. Errors name the file, never its contents. ReadHexKey
+// (cfssl) and the step-ca backend's JWK read through it.
 func ReadSecretFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {

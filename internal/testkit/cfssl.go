@@ -11,8 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,14 +41,7 @@ const (
 // CFSSLBinary builds (once per machine, cached) and returns the cfssl binary.
 func CFSSLBinary(t testing.TB) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "build-cfssl.sh")
-	out, err := exec.Command("bash", script).Output()
-	if err != nil {
-		t.Fatalf("building cfssl (%s): %v", script, err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1]
+	return buildBinary(t, "build-cfssl.sh")
 }
 
 // StartCFSSL starts cfssl serve whose CA profile issues intermediates for

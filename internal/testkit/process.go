@@ -4,11 +4,27 @@ import (
 	"bufio"
 	"net"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 )
+
+// buildBinary runs the build script scripts/NAME (stamp-checked and cached
+// per user) and returns the binary's path, its last line of output.
+func buildBinary(t testing.TB, name string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", name)
+	out, err := exec.Command("bash", script).Output()
+	if err != nil {
+		t.Fatalf("building with %s: %v", script, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
+}
 
 // startProcess starts cmd (a real server binary the test runs), waits for
 // marker in its stderr, then until addr accepts connections (some log

@@ -11,8 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,25 +47,21 @@ const (
 // StepCABinary builds (once per machine, cached) and returns step-ca.
 func StepCABinary(t testing.TB) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "build-step-ca.sh")
-	out, err := exec.Command("bash", script).Output()
-	if err != nil {
-		t.Fatalf("building step-ca (%s): %v", script, err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1]
+	return buildBinary(t, "build-step-ca.sh")
 }
 
 // StepCATemplate is the x509 template of StepProvisionerCA for trust
-// domain td: what docs/upstream.md tells an operator to configure.
+// domain td: what docs/upstream.md tells an operator to configure (a CA of
+// path length 0 that may sign the trust domain's SPIFFE IDs and the meshid
+// CA's own serving names, nothing else).
 func StepCATemplate(td string) string {
 	return `{
 	"subject": {{ toJson .Subject }},
 	"sans": {{ toJson .SANs }},
 	"keyUsage": ["certSign", "crlSign"],
 	"basicConstraints": {"isCA": true, "maxPathLen": 0},
-	"nameConstraints": {"critical": true, "permittedURIDomains": [` + jsonString(td) + `]}
+	"nameConstraints": {"critical": true, "permittedURIDomains": [` + jsonString(td) + `],
+		"permittedDNSDomains": ["istiod.istio-system.svc", "localhost"]}
 }`
 }
 

@@ -208,7 +208,7 @@ func TestBadAnswersRefused(t *testing.T) {
 		}, "more than"},
 		"chain too long": {func(t *testing.T, pub crypto.PublicKey) (int, any) {
 			c := pemOf(cert(t, &x509.Certificate{IsCA: true}, root, pub, rootKey))
-			chain := make([]string, step.MaxCerts+1)
+			chain := make([]string, upstream.MaxCerts+1)
 			for i := range chain {
 				chain[i] = c
 			}

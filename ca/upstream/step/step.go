@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -28,10 +27,6 @@ const Scheme = "step+https"
 const (
 	// MaxResponse bounds the body of one step-ca answer.
 	MaxResponse = 256 << 10
-	// MaxPEMFile bounds the ca= file.
-	MaxPEMFile = 64 << 10
-	// MaxCerts bounds the certificates of an answer or a file.
-	MaxCerts = 16
 	// MaxErrorMessage bounds the part of step-ca's error message an error
 	// quotes.
 	MaxErrorMessage = 512
@@ -103,7 +98,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if p := u.Query.Get("ca"); p != "" {
-		cas, err := readPEMCerts(p)
+		cas, err := upstream.ReadPEMCerts(p)
 		if err != nil {
 			return nil, fmt.Errorf("step-ca: ca=%s: %w", p, err)
 		}
@@ -157,7 +152,7 @@ func (c *Client) MintX509CA(ctx context.Context, csr []byte, ttl time.Duration) 
 	if err := c.do(ctx, http.MethodPost, "/1.0/sign", body, &resp); err != nil {
 		return nil, fmt.Errorf("step-ca sign (provisioner %q): %w", c.provisioner, err)
 	}
-	leaf, err := parseCerts([]byte(resp.Crt))
+	leaf, err := upstream.ParseCerts([]byte(resp.Crt))
 	if err != nil {
 		return nil, fmt.Errorf("step-ca sign: crt: %w", err)
 	}
@@ -165,17 +160,17 @@ func (c *Client) MintX509CA(ctx context.Context, csr []byte, ttl time.Duration) 
 	if len(pems) == 0 {
 		pems = []string{resp.Crt, resp.CA}
 	}
-	if len(pems) > MaxCerts {
-		return nil, fmt.Errorf("step-ca sign: %d certificates in the chain, more than %d", len(pems), MaxCerts)
+	if len(pems) > upstream.MaxCerts {
+		return nil, fmt.Errorf("step-ca sign: %d certificates in the chain, more than %d", len(pems), upstream.MaxCerts)
 	}
 	m := &upstream.Minted{Chain: leaf[:1], Roots: roots}
 	for _, p := range pems[1:] {
-		cs, err := parseCerts([]byte(p))
+		cs, err := upstream.ParseCerts([]byte(p))
 		if err != nil {
 			return nil, fmt.Errorf("step-ca sign: certChain: %w", err)
 		}
 		for _, is := range cs {
-			if !selfSigned(is) { // a root in the chain is not sent on
+			if !upstream.SelfSigned(is) { // a root in the chain is not sent on
 				m.Chain = append(m.Chain, is)
 			}
 		}
@@ -203,12 +198,12 @@ func (c *Client) roots(ctx context.Context) ([]*x509.Certificate, error) {
 	if err := c.do(ctx, http.MethodGet, "/1.0/roots", nil, &resp); err != nil {
 		return nil, fmt.Errorf("step-ca roots: %w", err)
 	}
-	if len(resp.Crts) == 0 || len(resp.Crts) > MaxCerts {
-		return nil, fmt.Errorf("step-ca roots: %d roots, want 1 to %d", len(resp.Crts), MaxCerts)
+	if len(resp.Crts) == 0 || len(resp.Crts) > upstream.MaxCerts {
+		return nil, fmt.Errorf("step-ca roots: %d roots, want 1 to %d", len(resp.Crts), upstream.MaxCerts)
 	}
 	var roots []*x509.Certificate
 	for _, p := range resp.Crts {
-		cs, err := parseCerts([]byte(p))
+		cs, err := upstream.ParseCerts([]byte(p))
 		if err != nil {
 			return nil, fmt.Errorf("step-ca roots: %w", err)
 		}
@@ -254,35 +249,4 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 		return fmt.Errorf("malformed answer: %w", err)
 	}
 	return nil
-}
-
-func parseCerts(data []byte) ([]*x509.Certificate, error) {
-	if len(data) > MaxPEMFile {
-		return nil, fmt.Errorf("%d bytes of PEM, more than %d", len(data), MaxPEMFile)
-	}
-	cs, err := certs.ParseCertificates(data)
-	if err != nil {
-		return nil, err
-	}
-	if len(cs) == 0 || len(cs) > MaxCerts {
-		return nil, fmt.Errorf("%d certificates, want 1 to %d", len(cs), MaxCerts)
-	}
-	return cs, nil
-}
-
-func readPEMCerts(path string) ([]*x509.Certificate, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxPEMFile+1))
-	if err != nil {
-		return nil, err
-	}
-	return parseCerts(data)
-}
-
-func selfSigned(c *x509.Certificate) bool {
-	return bytes.Equal(c.RawIssuer, c.RawSubject) && c.CheckSignatureFrom(c) == nil
 }

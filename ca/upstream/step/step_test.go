@@ -92,7 +92,7 @@ func TestMintAgainstRealStepCA(t *testing.T) {
 		t.Fatalf("step-ca's CA answer refused: %v", err)
 	}
 	c := m.Chain[0]
-	if !c.IsCA || !c.MaxPathLenZero || len(c.PermittedURIDomains) != 1 || c.PermittedURIDomains[0] != "example.org" ||
+	if !c.IsCA || !c.MaxPathLenZero || len(c.PermittedURIDomains) != 1 || c.PermittedURIDomains[0] != "example.org" || len(c.PermittedDNSDomains) != 2 ||
 		c.Subject.CommonName != "meshid intermediate CA" || len(c.URIs) != 1 || c.URIs[0].String() != "spiffe://example.org" {
 		t.Fatalf("not the template's CA: IsCA %v pathlen0 %v URI domains %v subject %q URIs %v", c.IsCA, c.MaxPathLenZero, c.PermittedURIDomains, c.Subject, c.URIs)
 	}

@@ -6,7 +6,7 @@ AGENTBIN := bin/meshid-agent
 STATE    ?= ./.meshid-dev
 PKGS     := ./...
 
-.PHONY: all build run test test-unit test-kube test-node test-image test-observability kube-binaries helm-binary cfssl-binary bench fuzz soak mutate lint fmt clean softhsm image image-context
+.PHONY: all build run test test-unit test-kube test-node test-image test-observability kube-binaries helm-binary cfssl-binary step-ca-binary bench fuzz soak mutate lint fmt clean softhsm image image-context
 
 all: build
 
@@ -33,8 +33,9 @@ run: build
 test: lint test-unit test-observability test-kube test-node test-image
 
 ## test-unit: the main module's unit, integration and end-to-end tests
-## (the upstream-CA tests serve the real cfssl: cfssl-binary).
-test-unit: cfssl-binary
+## (the upstream-CA tests serve the real cfssl and step-ca: cfssl-binary,
+## step-ca-binary).
+test-unit: cfssl-binary step-ca-binary
 	$(GO) test -count=1 $(PKGS)
 
 ## softhsm: install SoftHSM2 (Debian package softhsm2), the PKCS#11 module
@@ -117,6 +118,14 @@ kube-binaries:
 ## `cfssl serve` (and build it themselves if it is missing).
 cfssl-binary:
 	bash scripts/build-cfssl.sh >/dev/null
+
+## step-ca-binary: build the real step-ca (github.com/smallstep/certificates
+## at the version scripts/step-ca/go.mod pins, with its own go.sum) once into
+## ~/.cache/meshid/step-ca-bin, stamp-checked and flock-protected; the
+## ca/upstream/step and ca/caserver tests run it (and build it themselves if it
+## is missing). About 9 minutes cold on 2 cores.
+step-ca-binary:
+	bash scripts/build-step-ca.sh >/dev/null
 
 ## helm-binary: build the Helm CLI (helm.sh/helm/v4, pinned in
 ## test/kube/tools/helm/go.mod) once into the same cache, for the chart tests

@@ -12,13 +12,15 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/ca/upstream/cfssl"
+	"github.com/meshid/meshid/ca/upstream/step"
 	"github.com/meshid/meshid/certs"
 )
 
 // UpstreamConfig has the organisation's CA mint and renew the CA's
 // intermediate (docs/upstream.md). The zero value is no upstream.
 type UpstreamConfig struct {
-	// URL selects the backend (--upstream): cfssl+https://HOST:PORT?profile=NAME&ca=PATH.
+	// URL selects the backend (--upstream): cfssl+https://HOST:PORT?profile=NAME&ca=PATH
+	// or step+https://HOST:PORT?provisioner=NAME&ca=PATH.
 	URL *upstream.URL
 	// CredentialsFile holds the backend's credentials (--upstream-credentials).
 	CredentialsFile string
@@ -49,8 +51,10 @@ func newUpstreamAuthority(u UpstreamConfig) (upstream.Authority, error) {
 	switch u.URL.Scheme {
 	case cfssl.Scheme:
 		return cfssl.New(cfssl.Config{URL: u.URL, CredentialsFile: u.CredentialsFile})
+	case step.Scheme:
+		return step.New(step.Config{URL: u.URL, CredentialsFile: u.CredentialsFile})
 	}
-	return nil, fmt.Errorf("caserver: --upstream: unknown scheme %q (want %s)", u.URL.Scheme, cfssl.Scheme)
+	return nil, fmt.Errorf("caserver: --upstream: unknown scheme %q (want %s or %s)", u.URL.Scheme, cfssl.Scheme, step.Scheme)
 }
 
 // upstreamBundle returns the intermediate the upstream minted: the one

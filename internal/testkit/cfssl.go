@@ -1,7 +1,6 @@
 package testkit
 
 import (
-	"bufio"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -12,8 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,14 +41,7 @@ const (
 // CFSSLBinary builds (once per machine, cached) and returns the cfssl binary.
 func CFSSLBinary(t testing.TB) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "build-cfssl.sh")
-	out, err := exec.Command("bash", script).Output()
-	if err != nil {
-		t.Fatalf("building cfssl (%s): %v", script, err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1]
+	return buildBinary(t, "build-cfssl.sh")
 }
 
 // StartCFSSL starts cfssl serve whose CA profile issues intermediates for
@@ -134,53 +124,16 @@ func (c *CFSSL) Start(t testing.TB) {
 	cmd := exec.Command(c.bin, "serve", "-address", host, "-port", port,
 		"-ca", f("ca.pem"), "-ca-key", f("ca-key.pem"), "-config", f("config.json"),
 		"-tls-cert", f("tls.pem"), "-tls-key", f("tls-key.pem"), "-loglevel", "1")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	startProcess(t, cmd, "Now listening", c.Addr, "cfssl serve")
 	c.mu.Lock()
 	c.cmd = cmd
 	c.mu.Unlock()
-	listening := make(chan struct{})
-	go func() {
-		s := bufio.NewScanner(stderr)
-		once := sync.Once{}
-		for s.Scan() {
-			if strings.Contains(s.Text(), "Now listening") {
-				once.Do(func() { close(listening) })
-			}
-		}
-	}()
-	select {
-	case <-listening:
-	case <-time.After(Guard):
-		t.Fatalf("cfssl serve did not listen on %s within %v", c.Addr, Guard)
-	}
-	// cfssl logs before it binds: connect until it accepts, within Guard.
-	deadline := time.Now().Add(Guard)
-	for {
-		conn, err := net.DialTimeout("tcp", c.Addr, time.Second)
-		if err == nil {
-			conn.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cfssl serve on %s: %v", c.Addr, err)
-		}
-		<-time.After(10 * time.Millisecond) // an external process binding, not a step of the code under test
-	}
 }
 
 // Stop stops cfssl serve (the upstream goes down).
 func (c *CFSSL) Stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cmd != nil {
-		_ = c.cmd.Process.Kill()
-		_ = c.cmd.Wait()
-		c.cmd = nil
-	}
+	stopProcess(c.cmd)
+	c.cmd = nil
 }

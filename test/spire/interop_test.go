@@ -2,6 +2,7 @@ package spire_test
 
 import (
 	"context"
+	"crypto/x509"
 	"net"
 	"os"
 	"path/filepath"
@@ -9,10 +10,15 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"github.com/spiffe/go-spiffe/v2/bundle/jwtbundle"
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/svid/jwtsvid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
 
 	"github.com/meshid/meshid/ca/caserver"
@@ -22,6 +28,7 @@ import (
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/sds/secretcache"
 )
 
 var (
@@ -50,7 +57,9 @@ var (
 //     each other, in both roles, each side authorizing the other's SPIFFE ID
 //     in the other trust domain with the bundles its own agent serves; and a
 //     meshid workload that authorizes only its own trust domain refuses
-//     SPIRE's.
+//     SPIRE's;
+//   - Envoy's view: ROOTCA_FEDERATED of meshid's SDS holds spire.example's
+//     roots under their own name, and SPIRE's SVID verifies with them.
 func TestFederationWithSPIRE(t *testing.T) {
 	bin := binDir(t)
 	// meshid's root and its bundle endpoint's address, known before SPIRE
@@ -89,7 +98,7 @@ func TestFederationWithSPIRE(t *testing.T) {
 	srv.cli(t, "entry", "create", "-parentID", node, "-spiffeID", spireWorkload.String(),
 		"-selector", "unix:uid:"+strconv.Itoa(os.Getuid()), "-federatesWith", "spiffe://"+meshTD.Name())
 	spireSock := startSPIREAgent(t, srv, node)
-	meshSock := startMeshAgent(t, ca, iss, meshDir)
+	meshSock, meshSDS := startMeshAgent(t, ca, iss, meshDir)
 
 	spireSrc, meshSrc := x509Source(t, spireSock), x509Source(t, meshSock)
 	spireClient, meshClient := wlClient(t, spireSock), wlClient(t, meshSock)
@@ -127,6 +136,15 @@ func TestFederationWithSPIRE(t *testing.T) {
 		if srvErr != nil || cliErr != nil || sawClient != c.client.ID || sawServer != c.server.ID {
 			t.Fatalf("%s: server %v (saw %s), client %v (saw %s)", c.name, srvErr, sawClient, cliErr, sawServer)
 		}
+	}
+	// Envoy's view: ROOTCA_FEDERATED of meshid's SDS holds spire.example's
+	// roots under its own name, and SPIRE's SVID verifies with them alone.
+	roots := sdsTrustBundles(t, meshSDS)
+	if len(roots) != 2 || len(roots[meshTD.Name()]) == 0 {
+		t.Fatalf("ROOTCA_FEDERATED: %d trust domains", len(roots))
+	}
+	if _, _, err := x509svid.Verify(spire.SVID.Certificates, x509bundle.FromX509Authorities(spireTD, roots[spireTD.Name()])); err != nil {
+		t.Fatalf("SPIRE's SVID with ROOTCA_FEDERATED's spire.example bundle: %v", err)
 	}
 	// A meshid workload with only its own trust domain's roots refuses
 	// SPIRE's SVID: the roots of spire.example came from federation.
@@ -167,7 +185,7 @@ func startMeshCA(t *testing.T, dir, endpoint string, peer federation.Peer) (*cas
 
 // startMeshAgent runs meshid's agent for shop/frontend and returns its
 // Workload API socket.
-func startMeshAgent(t *testing.T, ca *caserver.Server, iss *devissuer.Issuer, dir string) string {
+func startMeshAgent(t *testing.T, ca *caserver.Server, iss *devissuer.Issuer, dir string) (wl, sds string) {
 	t.Helper()
 	tok, err := iss.Mint("shop", "frontend", []string{"istio-ca"}, time.Hour, time.Now())
 	if err != nil {
@@ -177,12 +195,42 @@ func startMeshAgent(t *testing.T, ca *caserver.Server, iss *devissuer.Issuer, di
 	if err := os.WriteFile(tokenFile, []byte(tok), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(testkit.ShortDir(t), "wl.sock")
+	sockDir := testkit.ShortDir(t)
+	wl, sds = filepath.Join(sockDir, "wl.sock"), filepath.Join(sockDir, "sds.sock")
 	testkit.RunAgent(t, agent.Config{
 		CAAddr: ca.Addr().String(), CARootFile: filepath.Join(dir, keystore.RootCertFile), TokenFile: tokenFile,
-		TrustDomain: meshTD, WorkloadAPISocket: sock, FederationRefresh: time.Second,
+		TrustDomain: meshTD, WorkloadAPISocket: wl, SDSSocket: sds, FederationRefresh: time.Second,
 	})
-	return sock
+	return wl, sds
+}
+
+// sdsTrustBundles asks meshid's SDS socket for ROOTCA_FEDERATED, as Envoy
+// would, and returns the SPIFFE validator's trust bundles by trust domain.
+func sdsTrustBundles(t *testing.T, sock string) map[string][]*x509.Certificate {
+	t.Helper()
+	resp, err := secretv3.NewSecretDiscoveryServiceClient(testkit.DialUnix(t, sock)).FetchSecrets(ctxFor(t), &discoveryv3.DiscoveryRequest{
+		Node: &corev3.Node{Id: "sidecar~10.0.0.1~frontend.shop~shop.svc.cluster.local"}, ResourceNames: []string{secretcache.FederatedRootName}, TypeUrl: testkit.SecretTypeURL,
+	})
+	if err != nil || len(resp.GetResources()) != 1 {
+		t.Fatalf("SDS %s: %d resources, %v", secretcache.FederatedRootName, len(resp.GetResources()), err)
+	}
+	var s tlsv3.Secret
+	if err := resp.GetResources()[0].UnmarshalTo(&s); err != nil {
+		t.Fatal(err)
+	}
+	var vc tlsv3.SPIFFECertValidatorConfig
+	if err := s.GetValidationContext().GetCustomValidatorConfig().GetTypedConfig().UnmarshalTo(&vc); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]*x509.Certificate{}
+	for _, td := range vc.GetTrustDomains() {
+		cs, err := certs.ParseCertificates(td.GetTrustBundle().GetInlineBytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[td.GetName()] = cs
+	}
+	return out
 }
 
 func ctxFor(t *testing.T) context.Context {

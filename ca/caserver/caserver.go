@@ -107,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	if cfg.AdminSocket != "" {
-		s.admin, err = admin.New(admin.Config{Socket: cfg.AdminSocket, Rotation: s.Rotation, Federation: s.Federation, Logger: cfg.Logger})
+		s.admin, err = admin.New(admin.Config{Socket: cfg.AdminSocket, Rotation: s.Rotation, Federation: s.Federation, Upstream: s.UpstreamStatus, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}

@@ -114,6 +114,15 @@ func (s *Server) startUpstream(b *keystore.Bundle) {
 	}
 }
 
+// UpstreamStatus is the upstream CA's renewal state; false without
+// --upstream (or before the CA started).
+func (s *Server) UpstreamStatus() (upstream.Status, bool) {
+	if s.upstream == nil {
+		return upstream.Status{}, false
+	}
+	return s.upstream.Status()
+}
+
 // saveUpstream writes b into dir as a CA directory (keystore.LoadDir's
 // files), the key last, mode 0600.
 func saveUpstream(dir string, b *keystore.Bundle) error {

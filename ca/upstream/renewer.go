@@ -79,6 +79,8 @@ type Renewer struct {
 	target      Target
 	failures    int
 	lastFailure time.Time
+	lastError   string
+	retryAt     time.Time // the next attempt while failing
 	mints       *prometheus.CounterVec
 }
 
@@ -210,7 +212,11 @@ func (r *Renewer) step(ctx context.Context) time.Duration {
 		if ctx.Err() != nil {
 			return time.Hour
 		}
-		return r.failed(err)
+		d := r.failed(err)
+		r.mu.Lock()
+		r.retryAt = r.cfg.Clock.Now().Add(d)
+		r.mu.Unlock()
+		return d
 	}
 	return r.untilRenewal()
 }
@@ -233,7 +239,7 @@ func (r *Renewer) renew(ctx context.Context) error {
 	}
 	now := r.cfg.Clock.Now()
 	r.mu.Lock()
-	r.current, r.since, r.failures = b, now, 0
+	r.current, r.since, r.failures, r.lastError = b, now, 0, ""
 	r.mu.Unlock()
 	r.log.Info("new intermediate minted by the upstream and offered to the rotation",
 		"subject", b.Cert.Subject.String(), "serial", b.Cert.SerialNumber.Text(16),
@@ -245,7 +251,7 @@ func (r *Renewer) renew(ctx context.Context) error {
 func (r *Renewer) failed(err error) time.Duration {
 	r.mu.Lock()
 	r.failures++
-	r.lastFailure = r.cfg.Clock.Now()
+	r.lastFailure, r.lastError = r.cfg.Clock.Now(), err.Error()
 	n, cur := r.failures, r.current
 	r.mu.Unlock()
 	d := DefaultRetryMin << min(n-1, 16)
@@ -255,6 +261,46 @@ func (r *Renewer) failed(err error) time.Duration {
 		"error", err, "attempt", n, "retry_in", d.Round(time.Second),
 		"intermediate_not_after", cur.Cert.NotAfter, "remaining", cur.Cert.NotAfter.Sub(r.cfg.Clock.Now()).Round(time.Second))
 	return d
+}
+
+// Status is where the renewal stands, for `meshid certs status`.
+type Status struct {
+	// Upstream is the upstream's URL (it holds no secret).
+	Upstream string `json:"upstream"`
+	// Subject, Serial and NotAfter name the newest intermediate accepted.
+	Subject  string    `json:"subject"`
+	Serial   string    `json:"serial"`
+	NotAfter time.Time `json:"not_after"`
+	// RenewAt is when it is due for renewal.
+	RenewAt time.Time `json:"renew_at"`
+	// RetryAt is the next attempt while mints fail (after a backoff of at
+	// most DefaultRetryMax); zero otherwise.
+	RetryAt time.Time `json:"retry_at,omitzero"`
+	// Failures counts the failed or refused mints since the last one
+	// accepted; LastError is the last one's error (the upstream's answer)
+	// while Failures > 0, at LastFailure.
+	Failures    int       `json:"failures"`
+	LastFailure time.Time `json:"last_failure,omitzero"`
+	LastError   string    `json:"last_error,omitempty"`
+}
+
+// Status returns where the renewal stands; ok is false before Start.
+func (r *Renewer) Status() (Status, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.current
+	if b == nil {
+		return Status{}, false
+	}
+	st := Status{
+		Upstream: r.cfg.Name, Subject: b.Cert.Subject.String(), Serial: b.Cert.SerialNumber.Text(16),
+		NotAfter: b.Cert.NotAfter.UTC(), RenewAt: r.RenewAt(b, r.since).UTC(),
+		Failures: r.failures, LastFailure: r.lastFailure, LastError: r.lastError,
+	}
+	if r.failures > 0 {
+		st.RetryAt = r.retryAt.UTC()
+	}
+	return st, true
 }
 
 // gauges exports the intermediate's remaining life and the last failure.

@@ -313,6 +313,8 @@ type gaugeSet struct{ r *Renewer }
 var (
 	remainingDesc = prometheus.NewDesc("meshid_ca_upstream_intermediate_remaining_seconds",
 		"Seconds left of the intermediate the upstream CA minted last.", nil, nil)
+	lifetimeDesc = prometheus.NewDesc("meshid_ca_upstream_intermediate_lifetime_seconds",
+		"The whole validity of the intermediate the upstream CA minted last (NotAfter - NotBefore): remaining / lifetime is the fraction of its life left.", nil, nil)
 	failureDesc = prometheus.NewDesc("meshid_ca_upstream_last_mint_failure_timestamp_seconds",
 		"When the last mint failed or was refused (0: none since the start).", nil, nil)
 	failuresDesc = prometheus.NewDesc("meshid_ca_upstream_consecutive_failures",
@@ -321,6 +323,7 @@ var (
 
 func (g *gaugeSet) Describe(ch chan<- *prometheus.Desc) {
 	ch <- remainingDesc
+	ch <- lifetimeDesc
 	ch <- failureDesc
 	ch <- failuresDesc
 }
@@ -332,6 +335,7 @@ func (g *gaugeSet) Collect(ch chan<- prometheus.Metric) {
 	r.mu.Unlock()
 	if cur != nil {
 		ch <- prometheus.MustNewConstMetric(remainingDesc, prometheus.GaugeValue, cur.Cert.NotAfter.Sub(r.cfg.Clock.Now()).Seconds())
+		ch <- prometheus.MustNewConstMetric(lifetimeDesc, prometheus.GaugeValue, cur.Cert.NotAfter.Sub(cur.Cert.NotBefore).Seconds())
 	}
 	ts := 0.0
 	if !last.IsZero() {

@@ -1,19 +1,24 @@
 package caserver_test
 
 import (
+	"context"
 	"crypto/x509"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/upstream"
+	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/testkit"
@@ -200,4 +205,115 @@ func containsCert(cs []*x509.Certificate, c *x509.Certificate) bool {
 func hasRoot(p *testkit.SDSProxy, root *x509.Certificate) bool {
 	w := p.Workload()
 	return w.Bundle != nil && containsCert(w.Bundle.X509Authorities(), root)
+}
+
+// TestUpstreamDownTwoRenewalPeriods: cfssl stopped at the renewal point
+// and for two renewal periods after it: the CA keeps signing with its
+// intermediate, retries with a backoff that doubles (±20% jitter) up to
+// its cap, and `meshid certs status` (the admin socket) names the
+// upstream, the intermediate's expiry and the upstream's answer, never
+// the credentials; when cfssl returns the next retry renews.
+func TestUpstreamDownTwoRenewalPeriods(t *testing.T) {
+	// Renewed at a quarter: a renewal period of 15 minutes, and half the
+	// life left after two (at the default half, the intermediate would
+	// expire one period after the renewal point).
+	const life, renewAt = time.Hour, 0.25
+	up := testkit.StartCFSSL(t, life)
+	fake := clock.NewFake(time.Now())
+	up.SetClock(t, fake.Now())
+	dir := t.TempDir()
+	td := spiffeid.RequireTrustDomainFromString("example.org")
+	u, err := upstream.ParseURL("cfssl+https://" + up.Addr + "?profile=" + testkit.CFSSLProfileCA + "&ca=" + up.TLSCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(testkit.ShortDir(t), "admin.sock")
+	logs := testkit.NewLogRecorder()
+	s := testkit.CA(t, caserver.Config{
+		TrustDomain: td, StateDir: dir, AdminSocket: sock,
+		Upstream: caserver.UpstreamConfig{URL: u, CredentialsFile: up.KeyFile, Lifetime: life, RenewAt: renewAt},
+		Clock:    fake, Logger: logs.Logger(),
+	})
+	first := s.Authority().Bundle().Cert
+	st0, _ := s.UpstreamStatus()
+	up.Stop()
+	fake.Set(st0.RenewAt)
+	var gaps []time.Duration
+	for fake.Now().Before(st0.RenewAt.Add(2 * time.Duration(renewAt*float64(life)))) { // two renewal periods
+		prev, _ := s.UpstreamStatus()
+		testkit.Until(t, "the renewer's attempt", func() bool {
+			cur, _ := s.UpstreamStatus()
+			return cur.Failures > prev.Failures || cur.RetryAt.After(fake.Now())
+		})
+		cur, _ := s.UpstreamStatus()
+		if cur.Failures > prev.Failures {
+			gaps = append(gaps, cur.RetryAt.Sub(cur.LastFailure))
+		}
+		if !s.Authority().Bundle().Cert.Equal(first) {
+			t.Fatal("the intermediate changed while the upstream was down")
+		}
+		signOnce(t, s, td, "a")
+		// The renewer's timer armed for the retry (not yet when its
+		// step has just returned), then its time.
+		testkit.Until(t, "the renewer's retry timer", func() bool {
+			return slices.ContainsFunc(fake.Deadlines(), cur.RetryAt.Equal)
+		})
+		fake.Set(cur.RetryAt)
+	}
+	for i, g := range gaps {
+		want := min(upstream.DefaultRetryMin<<i, upstream.DefaultRetryMax)
+		if g < want*8/10 || g > want*12/10 {
+			t.Fatalf("retry %d after %v, want %v ±20%% (all: %v)", i+1, g, want, gaps)
+		}
+	}
+	if len(gaps) < 10 {
+		t.Fatalf("%d retries in two renewal periods", len(gaps))
+	}
+
+	// The attempt at the time the loop ended, done.
+	testkit.Until(t, "the last attempt", func() bool {
+		cur, _ := s.UpstreamStatus()
+		return cur.RetryAt.After(fake.Now())
+	})
+	st, err := admin.NewClient(sock, 10*time.Second).Status(context.Background())
+	if err != nil || st.Upstream == nil {
+		t.Fatalf("admin status: %v, %+v", err, st)
+	}
+	var out strings.Builder
+	st.Format(&out, fake.Now())
+	key, err := os.ReadFile(up.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"upstream:  cfssl+https://" + up.Addr, "serial " + first.SerialNumber.Text(16), "renewal", "FAILING: " + fmt.Sprint(st.Upstream.Failures), "connection refused"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("certs status lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), strings.TrimSpace(string(key))) || strings.Contains(logs.All(), strings.TrimSpace(string(key))) {
+		t.Fatal("the auth key reached the status or the logs")
+	}
+	if logs.CountContaining("the upstream CA did not renew the intermediate; the current one keeps signing") != st.Upstream.Failures {
+		t.Fatal("no log line for each failed attempt")
+	}
+
+	up.SetClock(t, st.Upstream.RetryAt) // cfssl back
+	fake.Set(st.Upstream.RetryAt)
+	testkit.Until(t, "the renewal once cfssl is back", func() bool {
+		cur, _ := s.UpstreamStatus()
+		return cur.Failures == 0 && !s.Authority().Bundle().Cert.Equal(first)
+	})
+}
+
+// signOnce has the CA sign a leaf for ns1/sa.
+func signOnce(t *testing.T, s *caserver.Server, td spiffeid.TrustDomain, sa string) {
+	t.Helper()
+	id := spiffeid.RequireFromPath(td, "/ns/ns1/sa/"+sa)
+	csr, err := ca.VerifyCSR(testkit.CSR(t, testkit.Key(t, certs.ECP256), id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Authority().Sign(context.Background(), ca.Request{CSR: csr, ID: id, Caller: "test"}); err != nil {
+		t.Fatalf("the CA does not sign while the upstream is down: %v", err)
+	}
 }

@@ -212,11 +212,7 @@ func (r *Renewer) step(ctx context.Context) time.Duration {
 		if ctx.Err() != nil {
 			return time.Hour
 		}
-		d := r.failed(err)
-		r.mu.Lock()
-		r.retryAt = r.cfg.Clock.Now().Add(d)
-		r.mu.Unlock()
-		return d
+		return r.failed(err)
 	}
 	return r.untilRenewal()
 }
@@ -249,14 +245,14 @@ func (r *Renewer) renew(ctx context.Context) error {
 
 // failed records a failed renewal and returns the backoff before the next.
 func (r *Renewer) failed(err error) time.Duration {
+	now := r.cfg.Clock.Now()
 	r.mu.Lock()
-	r.failures++
-	r.lastFailure, r.lastError = r.cfg.Clock.Now(), err.Error()
-	n, cur := r.failures, r.current
-	r.mu.Unlock()
+	n, cur := r.failures+1, r.current
 	d := DefaultRetryMin << min(n-1, 16)
 	d = min(d, DefaultRetryMax)
 	d = time.Duration(float64(d) * (0.8 + 0.4*mrand.Float64()))
+	r.failures, r.lastFailure, r.lastError, r.retryAt = n, now, err.Error(), now.Add(d)
+	r.mu.Unlock()
 	r.log.Error("the upstream CA did not renew the intermediate; the current one keeps signing",
 		"error", err, "attempt", n, "retry_in", d.Round(time.Second),
 		"intermediate_not_after", cur.Cert.NotAfter, "remaining", cur.Cert.NotAfter.Sub(r.cfg.Clock.Now()).Round(time.Second))

@@ -127,7 +127,8 @@ const MaxCredentialsSize = 4096
 
 // ReadHexKey reads an HMAC key written in hex (cfssl's auth_keys format)
 // from path: a regular file (a symbolic link is followed, as in a mounted
-// Secret) that neither group nor others may read or write, at most
+// Secret) that others may not access and the group may at most read (a
+// Secret volume is made group-readable for the pod's fsGroup), at most
 // MaxCredentialsSize bytes, of at least minBytes once decoded. Errors name
 // the file, never its contents.
 func ReadHexKey(path string, minBytes int) ([]byte, error) {
@@ -143,8 +144,8 @@ func ReadHexKey(path string, minBytes int) ([]byte, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("upstream credentials: %s is not a regular file", path)
 	}
-	if perm := st.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("upstream credentials: %s: mode %#o lets group or others access it; want 0600 or 0400", path, perm)
+	if perm := st.Mode().Perm(); perm&0o037 != 0 {
+		return nil, fmt.Errorf("upstream credentials: %s: mode %#o lets others access it or the group write it; want 0600, 0400 or 0440", path, perm)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxCredentialsSize+1))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
@@ -315,5 +316,82 @@ func signOnce(t *testing.T, s *caserver.Server, td spiffeid.TrustDomain, sa stri
 	}
 	if _, err := s.Authority().Sign(context.Background(), ca.Request{CSR: csr, ID: id, Caller: "test"}); err != nil {
 		t.Fatalf("the CA does not sign while the upstream is down: %v", err)
+	}
+}
+
+// TestUpstreamRestartWhilePrepared: a renewal under a new upstream root is
+// prepared, kept in upstream/next, and the CA restarts before it signs:
+// the restarted CA signs with the old intermediate, prepares the new one
+// again with the union published, and activates it after the rest of the
+// propagation, moving it into upstream/.
+func TestUpstreamRestartWhilePrepared(t *testing.T) {
+	const life, propagation = time.Hour, 10 * time.Minute
+	up := testkit.StartCFSSL(t, life)
+	fake := clock.NewFake(time.Now())
+	up.SetClock(t, fake.Now())
+	oldRoot := up.Root
+	dir := t.TempDir()
+	u, err := upstream.ParseURL("cfssl+https://" + up.Addr + "?profile=" + testkit.CFSSLProfileCA + "&ca=" + up.TLSCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := caserver.Config{
+		StateDir: dir, Listen: "127.0.0.1:0", RotationPropagation: propagation, Clock: fake,
+		Upstream: caserver.UpstreamConfig{URL: u, CredentialsFile: up.KeyFile, Lifetime: life, RenewAt: 0.5},
+	}
+	s1, err := caserver.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := s1.Authority().Bundle().Cert
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s1.Run(ctx) }()
+	st, _ := s1.UpstreamStatus()
+	up.NewRoot(t)
+	up.SetClock(t, st.RenewAt)
+	testkit.Until(t, "the renewer's timer", func() bool { return slices.ContainsFunc(fake.Deadlines(), st.RenewAt.Equal) })
+	fake.Set(st.RenewAt)
+	testkit.Until(t, "the new intermediate prepared", func() bool { return s1.Rotation().Status().Prepared != nil })
+	prepared := s1.Rotation().Status().Prepared
+	if !s1.Authority().Bundle().Cert.Equal(old) {
+		t.Fatal("the new root's intermediate signs at once")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := testkit.ReadCerts(t, filepath.Join(dir, "upstream", "next", keystore.CACertFile)); !got[0].Equal(prepared) {
+		t.Fatal("the prepared intermediate is not kept in upstream/next")
+	}
+	if got := testkit.ReadCerts(t, filepath.Join(dir, "upstream", keystore.CACertFile)); !got[0].Equal(old) {
+		t.Fatal("upstream/ no longer holds the signing intermediate")
+	}
+
+	fake.Add(propagation / 2)
+	s2 := testkit.CA(t, cfg)
+	rs := s2.Rotation().Status()
+	if !s2.Authority().Bundle().Cert.Equal(old) || rs.Prepared == nil || !rs.Prepared.Equal(prepared) {
+		t.Fatalf("restarted: signing %v, prepared %v: want the old one signing, the new one prepared", s2.Authority().Bundle().Cert.Subject, rs.Prepared)
+	}
+	published := testkit.ReadCerts(t, filepath.Join(dir, "root-cert.pem"))
+	if len(published) != 2 || !containsCert(published, oldRoot) || !containsCert(published, up.Root) {
+		t.Fatal("root-cert.pem is not the union after the restart")
+	}
+	testkit.Until(t, "the activation timer", func() bool { return slices.ContainsFunc(fake.Deadlines(), rs.ActivateAt.Equal) })
+	if !rs.ActivateAt.Before(fake.Now().Add(propagation)) {
+		t.Fatalf("activation at %v: the propagation started over after the restart", rs.ActivateAt)
+	}
+	fake.Set(rs.ActivateAt)
+	testkit.Until(t, "the activation", func() bool { return s2.Authority().Bundle().Cert.Equal(prepared) })
+	testkit.Until(t, "upstream/ holding the new intermediate", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "upstream", "next"))
+		return os.IsNotExist(err)
+	})
+	if got := testkit.ReadCerts(t, filepath.Join(dir, "upstream", keystore.CACertFile)); !got[0].Equal(prepared) {
+		t.Fatal("the activated intermediate was not moved into upstream/")
+	}
+	if got := testkit.ReadCerts(t, filepath.Join(dir, "upstream", keystore.RootCertFile)); len(got) != 1 || !got[0].Equal(up.Root) {
+		t.Fatal("upstream/root-cert.pem is not the new upstream root")
 	}
 }

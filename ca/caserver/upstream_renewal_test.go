@@ -282,6 +282,7 @@ func TestUpstreamDownTwoRenewalPeriods(t *testing.T) {
 	}
 	var out strings.Builder
 	st.Format(&out, fake.Now())
+	t.Logf("meshid certs status:\n%s", out.String())
 	key, err := os.ReadFile(up.KeyFile)
 	if err != nil {
 		t.Fatal(err)

@@ -23,8 +23,8 @@ func ReadSecretFile(path string) ([]byte, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("upstream credentials: %s is not a regular file", path)
 	}
-	if perm := st.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("upstream credentials: %s: mode %#o lets group or others access it; want 0600 or 0400", path, perm)
+	if perm := st.Mode().Perm(); perm&0o037 != 0 {
+		return nil, fmt.Errorf("upstream credentials: %s: mode %#o lets others access it or the group write it; want 0600, 0400 or 0440", path, perm)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxCredentialsSize+1))
 	if err != nil {

@@ -129,7 +129,8 @@ const MaxCredentialsSize = 4096
 
 // ReadHexKey reads an HMAC key written in hex (cfssl's auth_keys format)
 // from path: a regular file (a symbolic link is followed, as in a mounted
-// Secret) that neither group nor others may read or write, at most
+// Secret) that others may not access and the group may at most read (a
+// Secret volume is made group-readable for the pod's fsGroup), at most
 // MaxCredentialsSize bytes, of at least minBytes once decoded. Errors name
 // the file, never its contents.
 func ReadHexKey(path string, minBytes int) ([]byte, error) {

@@ -35,6 +35,12 @@ as integers (YAML numbers are floats, and 1e+06 is no --max-connections). */}}
 {{- $args := list "server" (printf "--listen=0.0.0.0:%v" .Values.ports.grpc) (printf "--monitoring-listen=0.0.0.0:%v" .Values.ports.monitoring) -}}
 {{- if eq .Values.caMode "cacerts" -}}
 {{- $args = append $args "--ca-dir=/etc/cacerts" -}}
+{{- else if eq .Values.caMode "upstream" -}}
+{{- $u := .Values.upstream -}}
+{{- $args = append $args (printf "--upstream=%s" $u.url) -}}
+{{- $args = append $args (printf "--upstream-credentials=/etc/meshid/upstream/%s" $u.credentialsKey) -}}
+{{- with $u.lifetime }}{{ $args = append $args (printf "--upstream-lifetime=%v" .) }}{{ end -}}
+{{- with $u.renewAt }}{{ $args = append $args (printf "--upstream-renew-at=%v" .) }}{{ end -}}
 {{- else -}}
 {{- $args = append $args "--kube-ca-secret" -}}
 {{- end -}}
@@ -112,8 +118,11 @@ as integers (YAML numbers are floats, and 1e+06 is no --max-connections). */}}
 {{- end -}}
 
 {{- define "meshid.validate" -}}
-{{- if not (has .Values.caMode (list "cacerts" "kubeCASecret")) -}}
-{{- fail (printf "caMode must be cacerts or kubeCASecret, not %q" .Values.caMode) -}}
+{{- if not (has .Values.caMode (list "cacerts" "kubeCASecret" "upstream")) -}}
+{{- fail (printf "caMode must be cacerts, kubeCASecret or upstream, not %q" .Values.caMode) -}}
+{{- end -}}
+{{- if and (eq .Values.caMode "upstream") (or (not .Values.upstream.url) (not .Values.upstream.secretName) (not .Values.upstream.credentialsKey)) -}}
+{{- fail "caMode upstream needs upstream.url, upstream.secretName and upstream.credentialsKey" -}}
 {{- end -}}
 {{- if not (has .Values.server.tokenVerification (list "auto" "local" "tokenreview")) -}}
 {{- fail (printf "server.tokenVerification must be auto, local or tokenreview, not %q" .Values.server.tokenVerification) -}}

@@ -158,7 +158,7 @@ FUZZ_TARGETS := \
 	./ca/authn:FuzzParseJWKS \
 	./ca/keystore:FuzzLoadDir \
 	./sds:FuzzDiscoveryRequest \
-	./internal/inspect:FuzzParsePEM
+	./inspect:FuzzParsePEM
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \

@@ -13,7 +13,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/inspect"
+	"github.com/meshid/meshid/inspect"
 )
 
 func chainInput(name string, cs ...*x509.Certificate) *inspect.Input {

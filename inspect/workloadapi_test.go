@@ -9,7 +9,7 @@ import (
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
-	"github.com/meshid/meshid/internal/inspect"
+	"github.com/meshid/meshid/inspect"
 	"github.com/meshid/meshid/internal/testkit"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/ca/jwtissuer"
-	"github.com/meshid/meshid/internal/inspect"
+	"github.com/meshid/meshid/inspect"
 	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
 	"github.com/meshid/meshid/sds/workloadapi"

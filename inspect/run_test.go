@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/inspect"
+	"github.com/meshid/meshid/inspect"
 )
 
 // TestRunSources: served secrets from a Source are verified against the

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/inspect"
+	"github.com/meshid/meshid/inspect"
 )
 
 func TestParsePEMErrors(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshid/meshid/internal/inspect"
+	"github.com/meshid/meshid/inspect"
 )
 
 var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")

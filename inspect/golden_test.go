@@ -26,7 +26,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/inspect"
+	"github.com/meshid/meshid/inspect"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden with the current output")

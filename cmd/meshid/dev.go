@@ -11,7 +11,7 @@ import (
 
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/cmd/internal/cli"
-	"github.com/meshid/meshid/internal/devstack"
+	"github.com/meshid/meshid/devstack"
 	"github.com/meshid/meshid/sds/agent"
 )
 

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/meshid/meshid/internal/podagent"
+	"github.com/meshid/meshid/inspect/podagent"
 )
 
 func pod(init, containers []corev1.Container) *corev1.Pod {

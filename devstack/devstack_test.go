@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshid/meshid/devstack"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
-	"github.com/meshid/meshid/internal/devstack"
 	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/sdsfetch"
 )

@@ -3,6 +3,7 @@ package devstack
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -211,15 +212,35 @@ func (s *Stack) refreshToken(ctx context.Context) error {
 // TokenRequest is a service-account token of the dev issuer (meshid dev
 // token): for any identity and audience, unlike the stack's own token.
 type TokenRequest struct {
-	StateDir                  string // the issuer's key is created there if missing
+	StateDir string // a meshid dev's state directory, holding its issuer key
+	// CreateIssuer creates the issuer (key and jwks.json) in StateDir when
+	// there is none, for a `meshid server --jwks-file` started by hand.
+	CreateIssuer              bool
 	Namespace, ServiceAccount string
 	Audience                  string
 	TTL                       time.Duration
 }
 
-// Token mints r's token, valid from now.
+// ErrNoIssuer is returned by Token for a state directory that holds no dev
+// issuer: a token minted by a new issuer there would be trusted by no CA.
+var ErrNoIssuer = errors.New("no dev issuer")
+
+// Token mints r's token, valid from now, with the issuer of the meshid dev
+// whose state directory is r.StateDir. Unless r.CreateIssuer, it writes
+// nothing: a directory without an issuer is refused with ErrNoIssuer and
+// the command that creates one.
 func Token(r TokenRequest, now time.Time) (string, error) {
-	issuer, err := devissuer.LoadOrCreate(cmp.Or(r.StateDir, DefaultStateDir), devissuer.DefaultIssuer)
+	dir := cmp.Or(r.StateDir, DefaultStateDir)
+	load := devissuer.Load
+	if r.CreateIssuer {
+		load = devissuer.LoadOrCreate
+	}
+	issuer, err := load(dir, devissuer.DefaultIssuer)
+	if errors.Is(err, devissuer.ErrNoKey) {
+		return "", fmt.Errorf("--state-dir %s: %w (%s does not exist): `meshid dev --state-dir %s` creates one and runs the CA that trusts its tokens; "+
+			"give the --state-dir of the meshid dev that is running, or add --create-issuer for a meshid server you start with --jwks-file %s",
+			dir, ErrNoIssuer, filepath.Join(dir, devissuer.KeyFile), dir, filepath.Join(dir, devissuer.JWKSFile))
+	}
 	if err != nil {
 		return "", err
 	}

@@ -3,11 +3,16 @@ package devstack_test
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/meshid/meshid/devstack"
 	"github.com/meshid/meshid/identity"
@@ -91,18 +96,68 @@ func TestStack(t *testing.T) {
 }
 
 // Token mints for the identity, audience and lifetime asked, with the
-// issuer of the stack's state directory.
+// issuer of the stack's state directory: the JWKS the stack's CA trusts
+// verifies it.
 func TestToken(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	tok, err := devstack.Token(devstack.TokenRequest{StateDir: t.TempDir(), Namespace: "shop", ServiceAccount: "cart", Audience: "aud", TTL: time.Hour}, now)
+	dir := t.TempDir()
+	iss, err := devissuer.LoadOrCreate(dir, devissuer.DefaultIssuer) // what meshid dev does
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := identity.ParseUnverified(tok)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tok, err := devstack.Token(devstack.TokenRequest{StateDir: dir, Namespace: "shop", ServiceAccount: "cart", Audience: "aud", TTL: time.Hour}, now)
 	if err != nil {
 		t.Fatal(err)
+	}
+	parsed, err := jwt.ParseSigned(tok, []jose.SignatureAlgorithm{jose.ES256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c identity.Claims
+	if err := parsed.Claims(iss.JWKS().Keys[0].Key, &c); err != nil {
+		t.Fatalf("the state dir's issuer does not verify the token: %v", err)
 	}
 	if sa, _ := c.ServiceAccount(); sa != (identity.ServiceAccount{Namespace: "shop", Name: "cart"}) || c.Issuer != devissuer.DefaultIssuer || !c.Audience.Contains("aud") || !c.Expiry.Time().Equal(now.Add(time.Hour)) {
 		t.Fatalf("claims %+v", c)
+	}
+}
+
+// A state directory without an issuer (a typo, a meshid dev never run) is
+// refused with the command that creates one, and nothing is written: a new
+// issuer's token would be trusted by no running CA.
+func TestTokenNoIssuer(t *testing.T) {
+	parent := t.TempDir()
+	for _, dir := range []string{parent, filepath.Join(parent, "typo")} {
+		_, err := devstack.Token(devstack.TokenRequest{StateDir: dir, Namespace: "a", ServiceAccount: "b", Audience: "aud", TTL: time.Hour}, time.Now())
+		if !errors.Is(err, devstack.ErrNoIssuer) || !strings.Contains(err.Error(), "meshid dev --state-dir "+dir) {
+			t.Fatalf("Token(%s) = %v, want ErrNoIssuer naming `meshid dev --state-dir %s`", dir, err, dir)
+		}
+	}
+	if entries, err := os.ReadDir(parent); err != nil || len(entries) != 0 {
+		t.Fatalf("Token wrote into the state dir: %v %v", entries, err)
+	}
+	// --create-issuer: the issuer is created, and the next token is signed
+	// by the same key.
+	dir := filepath.Join(parent, "server")
+	r := devstack.TokenRequest{StateDir: dir, CreateIssuer: true, Namespace: "a", ServiceAccount: "b", Audience: "aud", TTL: time.Hour}
+	if _, err := devstack.Token(r, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	iss, err := devissuer.Load(dir, devissuer.DefaultIssuer)
+	if err != nil {
+		t.Fatalf("--create-issuer left no issuer: %v", err)
+	}
+	r.CreateIssuer = false
+	tok, err := devstack.Token(r, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := jwt.ParseSigned(tok, []jose.SignatureAlgorithm{jose.ES256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c identity.Claims
+	if err := parsed.Claims(iss.JWKS().Keys[0].Key, &c); err != nil {
+		t.Fatalf("token of the created issuer: %v", err)
 	}
 }

@@ -309,10 +309,10 @@ func runOnceErr(t *testing.T, opts []string, image string, args ...string) (stdo
 // testFilesystem checks, by what the nonroot process can write, that the
 // root filesystem is read-only under --read-only, that /tmp and the home
 // directory are writable by 65532 without it, and that nothing else is.
-// `meshid dev token --state-dir D` writes the dev issuer's key into D.
+// `meshid dev token --create-issuer --state-dir D` writes the dev issuer's key into D.
 func testFilesystem(t *testing.T, im images) {
 	token := func(dir string) []string {
-		return []string{"dev", "token", "--state-dir", dir}
+		return []string{"dev", "token", "--create-issuer", "--state-dir", dir}
 	}
 	// --read-only: nothing is writable but a tmpfs.
 	if _, stderr, err := runOnceErr(t, nil, im.meshid, token("/tmp/dev")...); err == nil || !strings.Contains(stderr, "read-only file system") {

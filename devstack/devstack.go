@@ -68,6 +68,11 @@ func New(cfg Config) (*Stack, error) {
 	cfg.SDSSocket = cmp.Or(cfg.SDSSocket, filepath.Join(cfg.StateDir, SDSSocket))
 	cfg.Clock = clock.OrReal(cfg.Clock)
 	s := &Stack{cfg: cfg, log: logs.OrDiscard(cfg.Logger), tokenFile: filepath.Join(cfg.StateDir, TokenFile)}
+	// The CA's address first: in use, it stops the stack before it writes
+	// or logs anything.
+	if err := caserver.CheckListen(cfg.Listen); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--state-dir: %w", err)
 	}

@@ -225,6 +225,9 @@ func runServer(ctx context.Context, cfg caserver.Config) error {
 	// client-go (informers, leader election) logs through klog.
 	klog.SetSlogLogger(cfg.Logger.With("component", "client-go"))
 	cfg.Registerer = prometheus.NewRegistry()
+	if err := caserver.CheckListen(cfg.Listen); err != nil {
+		return err
+	}
 	s, err := caserver.New(cfg)
 	if err != nil {
 		return err

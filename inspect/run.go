@@ -218,6 +218,11 @@ func (r *Report) Err() error {
 func SDS(cfg sdsfetch.Config) Source {
 	return func(ctx context.Context) ([]*Input, error) {
 		secrets, err := sdsfetch.Fetch(ctx, cfg)
+		if errors.Is(err, sdsfetch.ErrNotSDS) {
+			if kind := socketKind(ctx, cfg.Socket); kind != "" {
+				return nil, fmt.Errorf("inspect: SDS %s: not an SDS server: this is %s", cfg.Socket, kind)
+			}
+		}
 		if err != nil {
 			return nil, errors.New("inspect: SDS " + strings.TrimPrefix(err.Error(), "sdsfetch: "))
 		}

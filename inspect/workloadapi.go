@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // OriginWorkloadAPI is an input read from the SPIFFE Workload API.
@@ -39,6 +41,11 @@ func FetchWorkloadAPI(ctx context.Context, socket string, timeout time.Duration)
 	defer cancel()
 	x, err := workloadapi.FetchX509Context(ctx, workloadapi.WithAddr("unix://"+abs))
 	if err != nil {
+		if status.Code(err) == codes.Unimplemented {
+			if kind := socketKind(ctx, socket); kind != "" {
+				return nil, fmt.Errorf("inspect: Workload API %s: not a SPIFFE Workload API server: this is %s", socket, kind)
+			}
+		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, fmt.Errorf("inspect: Workload API %s: nothing served within %s: %v", socket, timeout, err)
 		}

@@ -173,11 +173,13 @@ func (s *Stack) Banner(w io.Writer, self string) {
   JWT issuer JWKS              %s
   token (default/default)      %s
   SDS socket (Envoy)           %s
+  Workload API socket (SPIFFE) %s
   CA metrics/health            %s
   agent metrics/health         %s
 Try: %s inspect --sds %s
-`, s.ca.Addr(), s.agentCfg.CARootFile, s.caCfg.JWKSFile, s.tokenFile, s.agent.SocketPath(),
-		addrOrDisabled(s.ca.MonitoringAddr()), addrOrDisabled(s.agent.MonitoringAddr()), self, s.agent.SocketPath())
+     %s inspect --workload-api %s
+`, s.ca.Addr(), s.agentCfg.CARootFile, s.caCfg.JWKSFile, s.tokenFile, s.agent.SocketPath(), s.agentCfg.WorkloadAPISocket,
+		addrOrDisabled(s.ca.MonitoringAddr()), addrOrDisabled(s.agent.MonitoringAddr()), self, s.agent.SocketPath(), self, s.agentCfg.WorkloadAPISocket)
 }
 
 // addrOrDisabled prints a listener's address, "(disabled)" for none.

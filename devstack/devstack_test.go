@@ -55,6 +55,18 @@ func TestStack(t *testing.T) {
 	if err := dev.Listen(); err != nil {
 		t.Fatal(err)
 	}
+	// The banner shows both sockets the agent serves, and how to read each.
+	var banner strings.Builder
+	dev.Banner(&banner, "meshid")
+	for _, want := range []string{
+		"SDS socket (Envoy)           " + filepath.Join(dir, devstack.SDSSocket),
+		"Workload API socket (SPIFFE) " + filepath.Join(dir, devstack.WorkloadSocket),
+		"meshid inspect --workload-api " + filepath.Join(dir, devstack.WorkloadSocket),
+	} {
+		if !strings.Contains(banner.String(), want) {
+			t.Errorf("banner lacks %q:\n%s", want, banner.String())
+		}
+	}
 	testkit.Run(t, "dev", dev.Run)
 
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard)

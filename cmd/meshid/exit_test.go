@@ -27,6 +27,9 @@ func TestUsageExitCode(t *testing.T) {
 		{[]string{"server", "--max-ttl", "x"}, cli.ExitUsage, "--max-ttl"},
 		{[]string{"inspect", "-o", "yaml", dir}, cli.ExitUsage, "unknown output format"},
 		{[]string{"inspect", dir + "/nope.pem"}, cli.ExitError, "no such file"},
+		// The load tool is a binary of its own, also for --help.
+		{[]string{"bench", "--help"}, cli.ExitUsage, "the load tool is the binary meshid-bench"},
+		{[]string{"bench", "ca"}, cli.ExitUsage, "make bench-binary"},
 		// A state dir that holds no dev issuer (a typo): the command that
 		// creates one, and no token that no CA trusts.
 		{[]string{"dev", "token", "--state-dir", dir + "/typo"}, cli.ExitUsage, "`meshid dev --state-dir " + dir + "/typo` creates one"},

@@ -20,7 +20,7 @@ import (
 )
 
 // The detail types below are the documented, stable JSON shape of
-// `meshid inspect -o json` (see README "meshid inspect JSON"). Add fields;
+// `meshid inspect -o json` (see docs/guide/inspect.md, "-o json"). Add fields;
 // never rename or remove one.
 //
 // cfssl's certinfo was considered and not used: its Certificate omits URI

@@ -370,6 +370,20 @@ func TestBackdatedCertificateNoHotLoop(t *testing.T) {
 	}
 }
 
+// TestRenewalInsideBackoffFloor: a renewal time that is still ahead, but
+// closer than the base backoff (a one-second certificate renews at 0.5s),
+// is raised to the floor too: the floor compares against now + backoff,
+// not against now.
+func TestRenewalInsideBackoffFloor(t *testing.T) {
+	f := newFixture(t, nil)
+	f.ca.setTamper("one-second")
+	mustSecret(t, f.m, secretcache.DefaultName)
+	f.run(t)
+	if d := f.parked(t).Sub(f.clock.Now()); d != time.Second {
+		t.Fatalf("renewal in %v, want the 1s floor", d)
+	}
+}
+
 // TestWatchCancelConcurrently: watches of the same names opened and
 // cancelled from many goroutines at once (10,000 streams closing while
 // others open) leave exactly the watchers still held, and the last cancel

@@ -18,8 +18,8 @@ import (
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/sdsfetch"
+	"github.com/meshid/meshid/testkit"
 )
 
 // The built-in agent of `meshid dev --listen 0.0.0.0:PORT` (a container)

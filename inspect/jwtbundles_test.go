@@ -13,9 +13,9 @@ import (
 
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/inspect"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
 	"github.com/meshid/meshid/sds/workloadapi"
+	"github.com/meshid/meshid/testkit"
 )
 
 // workloadAPI serves the Workload API of a SecretManager (with jwt, JWT

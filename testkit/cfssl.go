@@ -45,7 +45,7 @@ const (
 func CFSSLBinary(t testing.TB) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "build-cfssl.sh")
+	script := filepath.Join(filepath.Dir(file), "..", "scripts", "build-cfssl.sh")
 	out, err := exec.Command("bash", script).Output()
 	if err != nil {
 		t.Fatalf("building cfssl (%s): %v", script, err)

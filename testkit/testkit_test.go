@@ -23,7 +23,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // recorder is a testing.TB that records failures instead of failing the
@@ -198,7 +198,7 @@ func TestClockWaits(t *testing.T) {
 // docs/architecture.md.
 func TestStaysOutOfBinaries(t *testing.T) {
 	for _, dep := range testkit.Deps(t, "github.com/meshid/meshid/cmd/meshid", "github.com/meshid/meshid/cmd/meshid-agent") {
-		if dep == "github.com/meshid/meshid/internal/testkit" || strings.HasPrefix(dep, "github.com/meshid/meshid/bench/") {
+		if dep == "github.com/meshid/meshid/testkit" || strings.HasPrefix(dep, "github.com/meshid/meshid/bench/") {
 			t.Errorf("a production binary links %s", dep)
 		}
 	}

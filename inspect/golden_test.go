@@ -7,7 +7,7 @@ package inspect_test
 // repeat byte for byte. Should a Go release change how keys are derived
 // from the random stream, regenerate with
 //
-//	go test ./internal/inspect -run Golden -update
+//	go test ./inspect -run Golden -update
 //
 // and check that only serials, fingerprints and key IDs moved.
 

@@ -121,14 +121,7 @@ func TestToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parsed, err := jwt.ParseSigned(tok, []jose.SignatureAlgorithm{jose.ES256})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c identity.Claims
-	if err := parsed.Claims(iss.JWKS().Keys[0].Key, &c); err != nil {
-		t.Fatalf("the state dir's issuer does not verify the token: %v", err)
-	}
+	c := verifiedClaims(t, tok, iss)
 	if sa, _ := c.ServiceAccount(); sa != (identity.ServiceAccount{Namespace: "shop", Name: "cart"}) || c.Issuer != devissuer.DefaultIssuer || !c.Audience.Contains("aud") || !c.Expiry.Time().Equal(now.Add(time.Hour)) {
 		t.Fatalf("claims %+v", c)
 	}
@@ -164,12 +157,19 @@ func TestTokenNoIssuer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	verifiedClaims(t, tok, iss)
+}
+
+// verifiedClaims are tok's claims, verified with iss's key.
+func verifiedClaims(t *testing.T, tok string, iss *devissuer.Issuer) identity.Claims {
+	t.Helper()
 	parsed, err := jwt.ParseSigned(tok, []jose.SignatureAlgorithm{jose.ES256})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var c identity.Claims
 	if err := parsed.Claims(iss.JWKS().Keys[0].Key, &c); err != nil {
-		t.Fatalf("token of the created issuer: %v", err)
+		t.Fatalf("the issuer's key does not verify the token: %v", err)
 	}
+	return c
 }

@@ -21,7 +21,7 @@ echo "== packages linked (go list -deps | wc -l)"
 printf "%-20s %s\n" ./cmd/meshid "$(go list -deps ./cmd/meshid | wc -l)" ./cmd/meshid-agent "$(go list -deps ./cmd/meshid-agent | wc -l)"
 
 # The CA: a self-signed root and offline JWT of the dev issuer.
-"$BIN" dev token --state-dir "$DIR" --ttl 24h >"$DIR/token"
+"$BIN" dev token --create-issuer --state-dir "$DIR" --ttl 24h >"$DIR/token"
 "$BIN" server --state-dir "$DIR" --listen 127.0.0.1:$PORT --monitoring-listen '' \
 	--jwt-issuer https://meshid.dev.local --jwks-file "$DIR/jwks.json" --log-level warn &
 pids+=($!)

@@ -4,10 +4,10 @@
 #
 # It starts `meshid dev` on its own ports and state directory, then until
 # SOAK_DURATION has passed repeats a load cycle:
-#   - meshid bench ca:  SOAK_CA_REQUESTS CreateCertificate calls over a new
+#   - meshid-bench ca:  SOAK_CA_REQUESTS CreateCertificate calls over a new
 #     TLS connection, SOAK_CA_CONCURRENCY in flight, tokens of
 #     SOAK_SERVICE_ACCOUNTS service accounts minted by the dev issuer;
-#   - meshid bench sds: SOAK_SDS_STREAMS SDS streams (default + ROOTCA) on the
+#   - meshid-bench sds: SOAK_SDS_STREAMS SDS streams (default + ROOTCA) on the
 #     agent's socket, and with SOAK_SDS_ROTATE=1 a forced rotation fanned out
 #     to all of them; the streams close when it ends;
 # both at once, then a SOAK_PAUSE pause. Every SOAK_INTERVAL it samples the

@@ -14,7 +14,7 @@ import (
 
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // BenchmarkStreamFirstDefault measures the time from opening a stream to

@@ -12,9 +12,9 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/testkit"
 )
 
 // spiffeBundles decodes a ROOTCA_FEDERATED secret: Envoy's SPIFFE

@@ -19,10 +19,10 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/secretcache"
 	"github.com/meshid/meshid/sds/workloadapi"
+	"github.com/meshid/meshid/testkit"
 )
 
 // benchFederation is the CA's FetchFederatedBundles for the benchmark:

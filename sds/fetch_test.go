@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
+	"github.com/meshid/meshid/testkit"
 )
 
 func TestFetchSecrets(t *testing.T) {

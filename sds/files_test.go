@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/testkit"
 )
 
 // The attack over the socket: a client asks for the agent's own files

@@ -24,8 +24,8 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
+	"github.com/meshid/meshid/testkit"
 )
 
 // harness is a running Server on a real Unix socket and a client of it.

@@ -14,8 +14,8 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
+	"github.com/meshid/meshid/testkit"
 )
 
 // 1,000 streams opened at once on a fresh agent cause exactly one CSR, and

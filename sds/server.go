@@ -20,17 +20,9 @@ import (
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
-// Source provides the secrets served; *secretcache.Manager implements it.
-type Source interface {
-	// Secret returns the current secret of name, producing it if needed.
-	// It returns an error wrapping secretcache.ErrUnknownResource for a
-	// name it cannot serve, and one wrapping secretcache.ErrNotReady when
-	// the secret does not exist yet.
-	Secret(ctx context.Context, name string) (*secretcache.Secret, error)
-	// Watch calls notify, which must not block, each time name's secret
-	// changes or first becomes available, until cancel is called.
-	Watch(name string, notify func(*secretcache.Secret)) (cancel func())
-}
+// Source provides the secrets served: secretcache.Source, the one
+// interface of the agent's servers, which *secretcache.Manager implements.
+type Source = secretcache.Source
 
 // DefaultSocketMode is the mode of the socket: only the agent's user may
 // connect.

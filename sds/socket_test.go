@@ -10,8 +10,8 @@ import (
 
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
+	"github.com/meshid/meshid/testkit"
 )
 
 func TestSocketModes(t *testing.T) {

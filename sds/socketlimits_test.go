@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
+	"github.com/meshid/meshid/testkit"
 )
 
 // Issue 28, hole 3: the SDS socket has the limits of every agent socket

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/meshid/meshid/bench/agentflood"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/testkit"
 )
 
 // Run against the agent assembly (certificates from an in-process CA, no

@@ -23,7 +23,7 @@ import (
 	"github.com/meshid/meshid/bench/latency"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // fakeCA answers like a CA: it parses the CSR and checks that its SPIFFE ID

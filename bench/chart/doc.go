@@ -1,5 +1,5 @@
 // Package chart draws the throughput-against-concurrency chart of
-// `meshid bench ca --sweep` as SVG or PNG, with gonum's plot library.
+// `meshid-bench ca --sweep` as SVG or PNG, with gonum's plot library.
 //
 // The x axis is logarithmic with one tick per measured concurrency level
 // (sweeps usually double the concurrency), the y axis linear from zero, and

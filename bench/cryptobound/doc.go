@@ -3,7 +3,7 @@
 // nothing but its two public-key operations, one check of the CSR's
 // signature and one signature by the CA's key.
 //
-// `meshid bench ca --crypto-bound` measures it just before the load, on the
+// `meshid-bench ca --crypto-bound` measures it just before the load, on the
 // same machine and the same CPUs, so that the CA's end-to-end throughput can
 // be stated as a fraction of it, a ratio that holds on any machine.
 package cryptobound

@@ -1,5 +1,5 @@
 // Package latency summarises request latencies for the load tools of
-// `meshid bench`: exact nearest-rank percentiles over every recorded sample,
+// `meshid-bench`: exact nearest-rank percentiles over every recorded sample,
 // and a compact human rendering of durations.
 //
 // A Recorder is not safe for concurrent use: give each load worker its own

@@ -18,7 +18,7 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // runJWT runs j.Run until the test ends, and fails the test if Run returns

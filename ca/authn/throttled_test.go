@@ -25,7 +25,7 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	kclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/ca/kubeclient"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // answer is what apiServer does with one TokenReview request.

@@ -16,7 +16,7 @@ import (
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/kubeclient/fake"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // apiServer is an HTTP server in the API server's place: /readyz answers

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -70,17 +71,38 @@ type Server struct {
 	bound     *boundtoken.Verifier // nil unless local token verification; Run runs it
 }
 
-// New validates cfg, applies its defaults and builds the CA. It binds no
-// address: Listen or Run does.
-func New(cfg Config) (*Server, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		return nil, err
+// CheckListen binds the gRPC address addr (DefaultListen if empty) and
+// releases it: a command calls it before New, so that an address in use
+// stops the CA before it logs or writes anything, with the flag that
+// changes it. Listen binds it for good.
+func CheckListen(addr string) error {
+	addr = cmp.Or(addr, DefaultListen)
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("--listen %s: the address is in use (another meshid dev or server?): stop that process, or choose another address with --listen", addr)
 	}
-	if err := buildinfo.Register(cfg.Registerer); err != nil {
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", addr, err)
+	}
+	return ln.Close()
+}
+
+// New validates cfg, applies its defaults and builds the CA. It binds no
+// address: Listen or Run does (CheckListen tells beforehand whether the
+// gRPC address is free).
+func New(cfg Config) (_ *Server, err error) {
+	if cfg, err = cfg.withDefaults(); err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger}
+	defer func() {
+		if err != nil {
+			s.closeKey()
+		}
+	}()
+	if err := buildinfo.Register(cfg.Registerer); err != nil {
+		return nil, err
+	}
 	if s.kc, err = newKubeClients(cfg); err != nil {
 		return nil, err
 	}
@@ -114,6 +136,15 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	// The CA material before anything that writes state (JWT keys,
+	// federation, a self-signed root's successor): a refused --ca-dir or
+	// module key leaves the state directory as it was.
+	var b *keystore.Bundle
+	if !cfg.KubeCASecret {
+		if b, err = s.loadBundle(); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.newJWTKeys(); err != nil {
 		return nil, err
 	}
@@ -133,10 +164,8 @@ func New(cfg Config) (*Server, error) {
 		s.kube, err = newKubeStack(cfg, s.kc.controllers, nil)
 		return s, err
 	}
-	b, err := s.loadBundle()
 	var next *keystore.Bundle // a self-signed root or upstream intermediate prepared before a restart
 	switch {
-	case err != nil:
 	case s.selfSigned():
 		b, next, err = loadNext(cfg, cfg.StateDir, b)
 	case cfg.Upstream.URL != nil:
@@ -158,7 +187,6 @@ func New(cfg Config) (*Server, error) {
 		s.kube, err = newKubeStack(cfg, s.kc.controllers, s.authority)
 	}
 	if err != nil {
-		s.closeKey()
 		return nil, err
 	}
 	return s, nil

@@ -23,7 +23,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/jwtapi"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // TestUnknownClusterIDWithoutRouter (issue 28, hole 5): a CA with offline

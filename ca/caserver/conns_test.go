@@ -26,7 +26,7 @@ import (
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/jwtapi"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // TestUnauthenticatedCallsDoNotHoldConnectionSlots reproduces issue 28,

@@ -12,7 +12,7 @@ import (
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/keystore"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // The bundle endpoint of the assembled CA serves exactly ROOTCA's roots

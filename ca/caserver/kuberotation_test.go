@@ -17,7 +17,7 @@ import (
 	"github.com/meshid/meshid/ca/kubeclient/fake"
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // kubeCA runs a replica of the CA kept in a Secret of client, and returns

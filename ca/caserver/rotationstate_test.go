@@ -16,7 +16,7 @@ import (
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/rotation"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 var exampleTD = spiffeid.RequireTrustDomainFromString("example.org")

@@ -11,7 +11,7 @@ import (
 
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/internal/devissuer"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // TestServingTTLIndependentOfWorkloadLimits: `meshid server --max-ttl 3m

@@ -11,7 +11,7 @@ import (
 	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/kubeclient/fake"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // TestTokenVerificationMode: an unknown mode is refused; a CA whose

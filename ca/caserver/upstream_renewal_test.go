@@ -22,8 +22,8 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/testkit"
 )
 
 // TestUpstreamRenewalUnderMTLS (issue 32's proof): an intermediate of 10

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // TestUpstreamStepCA (issue 32): a CA with no intermediate mints one from

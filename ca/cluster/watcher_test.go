@@ -13,7 +13,7 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/cluster"
 	"github.com/meshid/meshid/ca/kubeclient/fake"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // kubeconfigOf writes what istioctl create-remote-secret would for a.

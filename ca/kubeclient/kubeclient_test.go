@@ -23,7 +23,7 @@ import (
 
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/kubeclient/fake"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // TestNarrowScheme: the CA binary links four API groups of k8s.io/api and

@@ -23,7 +23,7 @@ import (
 	"github.com/meshid/meshid/ca/kubeclient/fake"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/identity"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 var td = spiffeid.RequireTrustDomainFromString("cluster.local")

@@ -19,7 +19,7 @@ import (
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 var (

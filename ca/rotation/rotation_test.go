@@ -10,7 +10,7 @@ import (
 
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/rotation"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // A plugged CA replaced by one under a new root passes prepared, active

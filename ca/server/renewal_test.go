@@ -10,7 +10,7 @@ import (
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // TestClientCertRenewalNeverOutlivesThePresentedCert reproduces issue 9,

@@ -16,8 +16,8 @@ import (
 
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/internal/devissuer"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/testkit"
 )
 
 // benchRun runs `meshid-bench` with args and returns its output and error.

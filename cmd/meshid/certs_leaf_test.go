@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/cmd/internal/cli"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // TestCertsLeaf: a minted leaf and key pass `meshid inspect` against the

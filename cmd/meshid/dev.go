@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +12,8 @@ import (
 
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/cmd/internal/cli"
-	"github.com/meshid/meshid/internal/devstack"
+	"github.com/meshid/meshid/devstack"
+	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/sds/agent"
 )
 
@@ -86,6 +88,9 @@ func newDevTokenCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			tok, err := devstack.Token(r, time.Now())
+			if errors.Is(err, devstack.ErrNoIssuer) {
+				return cli.Usage(err) // --state-dir names no meshid dev: a wrong command line
+			}
 			if err != nil {
 				return err
 			}
@@ -94,7 +99,8 @@ func newDevTokenCmd() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&r.StateDir, "state-dir", devstack.DefaultStateDir, "the dev state directory (holds the issuer key)")
+	fs.StringVar(&r.StateDir, "state-dir", devstack.DefaultStateDir, "the state directory of a meshid dev (holds its issuer key; run meshid dev first)")
+	fs.BoolVar(&r.CreateIssuer, "create-issuer", false, "create the issuer (jwt-key.pem, jwks.json) in --state-dir if it has none, for a meshid server started with --jwt-issuer "+devissuer.DefaultIssuer+" --jwks-file <state-dir>/jwks.json")
 	fs.StringVar(&r.Namespace, "namespace", "default", "namespace of the identity")
 	fs.StringVar(&r.ServiceAccount, "service-account", "default", "service account of the identity")
 	fs.StringVar(&r.Audience, "audience", "istio-ca", "token audience")

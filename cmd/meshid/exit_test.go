@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -25,6 +27,12 @@ func TestUsageExitCode(t *testing.T) {
 		{[]string{"server", "--max-ttl", "x"}, cli.ExitUsage, "--max-ttl"},
 		{[]string{"inspect", "-o", "yaml", dir}, cli.ExitUsage, "unknown output format"},
 		{[]string{"inspect", dir + "/nope.pem"}, cli.ExitError, "no such file"},
+		// The load tool is a binary of its own, also for --help.
+		{[]string{"bench", "--help"}, cli.ExitUsage, "the load tool is the binary meshid-bench"},
+		{[]string{"bench", "ca"}, cli.ExitUsage, "make bench-binary"},
+		// A state dir that holds no dev issuer (a typo): the command that
+		// creates one, and no token that no CA trusts.
+		{[]string{"dev", "token", "--state-dir", dir + "/typo"}, cli.ExitUsage, "`meshid dev --state-dir " + dir + "/typo` creates one"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -33,6 +41,9 @@ func TestUsageExitCode(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want %d and one line with %q", code, errOut, tc.code, tc.want)
 			}
 		})
+	}
+	if _, err := os.Stat(dir + "/typo"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("meshid dev token created its --state-dir: %v", err)
 	}
 	if out := meshidOK(t); !strings.Contains(out, "Available Commands") {
 		t.Fatalf("meshid without arguments: %q", out)

@@ -12,9 +12,9 @@ import (
 
 	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/cmd/internal/cli"
+	"github.com/meshid/meshid/inspect"
+	"github.com/meshid/meshid/inspect/podagent"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/inspect"
-	"github.com/meshid/meshid/internal/podagent"
 	"github.com/meshid/meshid/sds/sdsfetch"
 	"github.com/meshid/meshid/sds/secretdump"
 )

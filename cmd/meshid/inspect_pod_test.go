@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshid/meshid/internal/inspect"
+	"github.com/meshid/meshid/inspect"
 	"github.com/meshid/meshid/sds/agent"
 	"github.com/meshid/meshid/sds/secretdump"
 )

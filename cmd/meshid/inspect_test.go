@@ -22,10 +22,10 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/inspect"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/inspect"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/testkit"
 )
 
 const testWorkload = "spiffe://cluster.local/ns/default/sa/default"

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/testkit"
 )
 
 // TestInspectWorkloadAPI: `meshid inspect --workload-api` reads the agent
@@ -39,5 +39,24 @@ func TestInspectWorkloadAPI(t *testing.T) {
 	_, errOut, code := meshidRun(t, nil, "inspect", "--workload-api", filepath.Join(t.TempDir(), "none.sock"), "--timeout", "500ms")
 	if code != 1 || !strings.Contains(errOut, "Workload API") {
 		t.Errorf("absent socket: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// Each socket given to the other flag is recognised, and the error says
+// which kind of socket it is and the flag that reads it.
+func TestInspectWrongSocketKind(t *testing.T) {
+	wl := filepath.Join(testkit.ShortDir(t), "wl.sock")
+	a, _ := runCLIAgent(t, func(c *agent.Config) { c.WorkloadAPISocket = wl })
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--workload-api", a.SocketPath()}, "not a SPIFFE Workload API server: this is an SDS socket (Envoy's secret discovery): read it with --sds"},
+		{[]string{"--sds", wl}, "not an SDS server: this is a SPIFFE Workload API socket: read it with --workload-api"},
+	} {
+		_, errOut, code := meshidRun(t, nil, append([]string{"inspect", "--timeout", "1m"}, tc.args...)...)
+		if code != 1 || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q; want one line with %q", tc.args, code, errOut, tc.want)
+		}
 	}
 }

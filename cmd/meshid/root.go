@@ -39,6 +39,7 @@ func newRootCmdWith(stdout, stderr io.Writer, r runners) *cobra.Command {
 	root.AddCommand(newDevCmd())
 	root.AddCommand(newInspectCmd())
 	root.AddCommand(newCertsCmd())
+	root.AddCommand(newGendocsCmd(root), newBenchCmd())
 	cli.SetVersion(root)
 	cli.MarkUsageErrors(root)
 	return root

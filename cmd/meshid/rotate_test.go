@@ -9,7 +9,7 @@ import (
 
 	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/ca/caserver"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // The rotation commands drive a running CA through its admin socket:

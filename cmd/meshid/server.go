@@ -120,7 +120,7 @@ func (f *serverFlags) registerHardening(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.servingTTL, "serving-ttl", server.DefaultServingTTL, "lifetime of the CA's own serving certificate (independent of --max-ttl)")
 	fs.DurationVar(&f.jwtSVIDTTL, "jwt-svid-ttl", jwtissuer.DefaultTTL, "lifetime of the JWT-SVIDs the CA mints (at most 1h)")
 	fs.DurationVar(&f.jwtKeyLifetime, "jwt-key-lifetime", jwtkeys.DefaultLifetime, "how long one JWT-SVID signing key signs, and is published before it does (10m to 720h)")
-	fs.Float32Var(&f.kubeQPS, "kube-qps", kubeclient.DefaultQPS, "TokenReview requests per second to the API server (client-side limit; see README to size it)")
+	fs.Float32Var(&f.kubeQPS, "kube-qps", kubeclient.DefaultQPS, "TokenReview requests per second to the API server (client-side limit; see docs/guide/authentication.md to size it)")
 	fs.IntVar(&f.kubeBurst, "kube-burst", kubeclient.DefaultBurst, "TokenReview burst above --kube-qps")
 	fs.BoolVar(&f.publishRootCM, "publish-root-configmap", true, "with a Kubernetes client, elect a leader that publishes istio-ca-root-cert to the selected namespaces (false where istiod still publishes it)")
 	fs.StringVar(&f.rootCMNamespaces, "root-configmap-namespaces", rootpublisher.DefaultNamespaceSelector, "label selector of the namespaces that get istio-ca-root-cert (empty = all)")
@@ -225,6 +225,9 @@ func runServer(ctx context.Context, cfg caserver.Config) error {
 	// client-go (informers, leader election) logs through klog.
 	klog.SetSlogLogger(cfg.Logger.With("component", "client-go"))
 	cfg.Registerer = prometheus.NewRegistry()
+	if err := caserver.CheckListen(cfg.Listen); err != nil {
+		return err
+	}
 	s, err := caserver.New(cfg)
 	if err != nil {
 		return err

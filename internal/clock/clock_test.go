@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 func TestFakeTimers(t *testing.T) {

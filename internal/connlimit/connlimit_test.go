@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/internal/connlimit"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // harness runs Accept on a real TCP listener and reports each accepted

@@ -37,6 +37,33 @@ type Issuer struct {
 	jwks   *jose.JSONWebKeySet
 }
 
+// ErrNoKey is returned by Load for a directory that holds no signing key
+// (<dir>/jwt-key.pem): no issuer was ever created there.
+var ErrNoKey = errors.New("devissuer: no issuer key")
+
+// Load loads the issuer whose signing key is <dir>/jwt-key.pem, and writes
+// nothing: a directory without that key is refused with an error wrapping
+// ErrNoKey (and os.ErrNotExist). An empty issuer means DefaultIssuer.
+func Load(dir string, issuer string) (*Issuer, error) {
+	keyPath := filepath.Join(dir, KeyFile)
+	data, err := os.ReadFile(keyPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s does not exist (%w)", ErrNoKey, keyPath, os.ErrNotExist)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("devissuer: %w", err)
+	}
+	key, err := certs.ParsePrivateKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("devissuer: %s: %w", keyPath, err)
+	}
+	i, err := New(key, issuer)
+	if err != nil {
+		return nil, fmt.Errorf("%w (key %s)", err, keyPath)
+	}
+	return i, nil
+}
+
 // LoadOrCreate loads the signing key from <dir>/jwt-key.pem, or creates an
 // ECDSA P-256 key there (mode 0600, written atomically) when there is none,
 // and (re)writes the public key set to <dir>/jwks.json (mode 0644). An empty
@@ -45,31 +72,12 @@ func LoadOrCreate(dir string, issuer string) (*Issuer, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("devissuer: %w", err)
 	}
-	keyPath := filepath.Join(dir, KeyFile)
-	var key crypto.Signer
-	data, err := os.ReadFile(keyPath)
-	switch {
-	case err == nil:
-		if key, err = certs.ParsePrivateKey(data); err != nil {
-			return nil, fmt.Errorf("devissuer: %s: %w", keyPath, err)
-		}
-	case errors.Is(err, os.ErrNotExist):
-		if key, err = certs.GenerateKey(certs.ECP256); err != nil {
-			return nil, fmt.Errorf("devissuer: generate key: %w", err)
-		}
-		pemKey, err := certs.EncodePrivateKey(key)
-		if err != nil {
-			return nil, fmt.Errorf("devissuer: %w", err)
-		}
-		if err := certs.WriteFileAtomic(keyPath, pemKey, 0o600); err != nil {
-			return nil, fmt.Errorf("devissuer: %w", err)
-		}
-	default:
-		return nil, fmt.Errorf("devissuer: %w", err)
+	i, err := Load(dir, issuer)
+	if errors.Is(err, ErrNoKey) {
+		i, err = create(dir, issuer)
 	}
-	i, err := New(key, issuer)
 	if err != nil {
-		return nil, fmt.Errorf("%w (key %s)", err, keyPath)
+		return nil, err
 	}
 	jwks, err := json.MarshalIndent(i.jwks, "", "  ")
 	if err != nil {
@@ -79,6 +87,23 @@ func LoadOrCreate(dir string, issuer string) (*Issuer, error) {
 		return nil, fmt.Errorf("devissuer: %w", err)
 	}
 	return i, nil
+}
+
+// create generates an ECDSA P-256 signing key and writes it to
+// <dir>/jwt-key.pem (mode 0600, atomically).
+func create(dir, issuer string) (*Issuer, error) {
+	key, err := certs.GenerateKey(certs.ECP256)
+	if err != nil {
+		return nil, fmt.Errorf("devissuer: generate key: %w", err)
+	}
+	pemKey, err := certs.EncodePrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("devissuer: %w", err)
+	}
+	if err := certs.WriteFileAtomic(filepath.Join(dir, KeyFile), pemKey, 0o600); err != nil {
+		return nil, fmt.Errorf("devissuer: %w", err)
+	}
+	return New(key, issuer)
 }
 
 // New returns an in-memory Issuer that signs with key (ECDSA P-256/P-384,

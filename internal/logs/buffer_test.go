@@ -13,7 +13,7 @@ import (
 
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/logs"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // writes records every Write call to the underlying writer, as one chunk.

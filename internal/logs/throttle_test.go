@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/internal/logs"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // A Throttle lets WarnBurst warnings through, then one per WarnEvery on

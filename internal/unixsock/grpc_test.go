@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/internal/unixsock"
+	"github.com/meshid/meshid/testkit"
 )
 
 // blocked counts the calls of block in progress.

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/internal/unixsock"
+	"github.com/meshid/meshid/testkit"
 )
 
 // stuck serves until its listener closes; its Stop closes the listener and

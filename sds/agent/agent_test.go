@@ -24,10 +24,10 @@ import (
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/devissuer"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
 	"github.com/meshid/meshid/sds/rootfile"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/testkit"
 )
 
 // world is a real CA (the caserver assembly) that authenticates the dev

@@ -20,10 +20,10 @@ import (
 
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/logs"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/caclient"
 	"github.com/meshid/meshid/sds/rootfile"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/testkit"
 )
 
 // heldCA is the agent's real CA client (caclient, to the world's real CA)

@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meshid/meshid/bench/agentflood"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/internal/unixsock"
 	"github.com/meshid/meshid/sds"
+	"github.com/meshid/meshid/testkit"
 )
 
 // dialH2 is an attacker's own HTTP/2 client on the socket at path (it

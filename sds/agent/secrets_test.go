@@ -14,9 +14,9 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/devissuer"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
 	"github.com/meshid/meshid/sds/secretdump"
+	"github.com/meshid/meshid/testkit"
 )
 
 // TestDebugSecrets: /debug/secrets serves the chain and roots the agent

@@ -19,8 +19,8 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/identity"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/caclient"
+	"github.com/meshid/meshid/testkit"
 )
 
 const workload = "spiffe://cluster.local/ns/default/sa/default"

@@ -25,9 +25,9 @@ import (
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/caclient"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/testkit"
 )
 
 var td = spiffeid.RequireTrustDomainFromString("cluster.local")

@@ -25,8 +25,8 @@ import (
 	pb "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/caclient"
+	"github.com/meshid/meshid/testkit"
 )
 
 // hierarchy is a root, an intermediate under it, and a serving certificate,

@@ -19,8 +19,8 @@ import (
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/internal/jwtapi"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/caclient"
+	"github.com/meshid/meshid/testkit"
 )
 
 // TestRealCAJWTSVID: the client mints a JWT-SVID from the real CA server

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/rootfile"
+	"github.com/meshid/meshid/testkit"
 )
 
 func roots(t *testing.T, n int) []*x509.Certificate {

@@ -283,6 +283,10 @@ func parseResponse(resp *discoveryv3.DiscoveryResponse) ([]*Secret, error) {
 	return out, nil
 }
 
+// ErrNotSDS is wrapped by Fetch's error when the socket's gRPC server does
+// not implement SDS.
+var ErrNotSDS = errors.New("not an SDS server")
+
 // explain turns a fetch error into one line for an operator.
 func explain(sock string, timeout time.Duration, err error) error {
 	prefix := "sdsfetch: " + sock + ": "
@@ -297,7 +301,7 @@ func explain(sock string, timeout time.Duration, err error) error {
 	}
 	switch st.Code() {
 	case codes.Unimplemented:
-		return fmt.Errorf("%snot an SDS server (%s)", prefix, st.Message())
+		return fmt.Errorf("%s%w (%s)", prefix, ErrNotSDS, st.Message())
 	case codes.Unavailable:
 		return fmt.Errorf("%snot an SDS server, or not answering (%s)", prefix, st.Message())
 	case codes.DeadlineExceeded:

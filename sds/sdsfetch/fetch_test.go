@@ -23,8 +23,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/sdsfetch"
+	"github.com/meshid/meshid/testkit"
 )
 
 // streamServer answers StreamSecrets with the secrets it knows and records

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/testkit"
 )
 
 // fedSource is the CA's FetchFederatedBundles, answering what is set.

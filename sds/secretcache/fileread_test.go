@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/testkit"
 )
 
 // allowIn returns a fixture whose file secrets may come only from dir.

@@ -22,9 +22,9 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/caclient"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/testkit"
 )
 
 var (
@@ -128,6 +128,9 @@ func (ca *testCA) Sign(ctx context.Context, csr *x509.CertificateRequest, ttl ti
 		tmpl.NotBefore, tmpl.NotAfter = now.Add(-2*time.Hour), now.Add(-time.Hour)
 	case "backdated":
 		tmpl.NotBefore = now.Add(-10 * time.Hour)
+	case "one-second":
+		// Renewal at half its life, 0.5s from now: inside the backoff floor.
+		tmpl.NotBefore, tmpl.NotAfter = now, now.Add(time.Second)
 	case "no-roots":
 		roots = nil
 	}

@@ -5,8 +5,8 @@ import (
 
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/testkit"
 )
 
 func benchJWTManager(b *testing.B) *secretcache.Manager {

@@ -17,8 +17,8 @@ import (
 
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/testkit"
 )
 
 // countingJWT counts the CA calls of a testkit.JWTSigner.

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/testkit"
 )
 
 func TestRotationAtGracePoint(t *testing.T) {
@@ -363,6 +363,20 @@ func TestBackdatedCertificateNoHotLoop(t *testing.T) {
 	// already. The Manager renews soon, but not in a tight loop.
 	f := newFixture(t, func(c *secretcache.Config) { c.TTL = time.Hour })
 	f.ca.setTamper("backdated")
+	mustSecret(t, f.m, secretcache.DefaultName)
+	f.run(t)
+	if d := f.parked(t).Sub(f.clock.Now()); d != time.Second {
+		t.Fatalf("renewal in %v, want the 1s floor", d)
+	}
+}
+
+// TestRenewalInsideBackoffFloor: a renewal time that is still ahead, but
+// closer than the base backoff (a one-second certificate renews at 0.5s),
+// is raised to the floor too: the floor compares against now + backoff,
+// not against now.
+func TestRenewalInsideBackoffFloor(t *testing.T) {
+	f := newFixture(t, nil)
+	f.ca.setTamper("one-second")
 	mustSecret(t, f.m, secretcache.DefaultName)
 	f.run(t)
 	if d := f.parked(t).Sub(f.clock.Now()); d != time.Second {

@@ -16,9 +16,9 @@ import (
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
 	"github.com/meshid/meshid/sds/workloadapi"
+	"github.com/meshid/meshid/testkit"
 )
 
 const ttl = time.Hour

@@ -23,10 +23,10 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
-	"github.com/meshid/meshid/internal/testkit"
 	meshagent "github.com/meshid/meshid/sds/agent"
 	"github.com/meshid/meshid/sds/secretcache"
 	"github.com/meshid/meshid/sds/workloadapi"
+	"github.com/meshid/meshid/testkit"
 )
 
 // TestJWTSVIDAcrossAgentsRealCA: the CA and two agents as the binaries run

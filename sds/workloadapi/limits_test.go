@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
 	"github.com/meshid/meshid/sds/workloadapi"
+	"github.com/meshid/meshid/testkit"
 )
 
 // A call without workload.spiffe.io: true (absent, another value, or

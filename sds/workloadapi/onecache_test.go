@@ -12,9 +12,9 @@ import (
 	spiffewl "github.com/spiffe/go-spiffe/v2/workloadapi"
 
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/testkit"
 )
 
 // One cache: an SDS server and the Workload API on one Manager serve the

@@ -2,7 +2,6 @@ package workloadapi
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,15 +18,9 @@ import (
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
-// Source provides the secrets served; *secretcache.Manager implements it.
-type Source interface {
-	// Secret returns the current secret of name, producing it if needed;
-	// an error wrapping secretcache.ErrNotReady when it does not exist yet.
-	Secret(ctx context.Context, name string) (*secretcache.Secret, error)
-	// Watch calls notify, which must not block, each time name's secret
-	// changes or first becomes available, until cancel is called.
-	Watch(name string, notify func(*secretcache.Secret)) (cancel func())
-}
+// Source provides the secrets served: secretcache.Source, the one
+// interface of the agent's servers, which *secretcache.Manager implements.
+type Source = secretcache.Source
 
 // DefaultSocketMode is the mode of the socket: only the agent's user may
 // connect.

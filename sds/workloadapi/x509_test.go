@@ -23,9 +23,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/secretcache"
 	"github.com/meshid/meshid/sds/workloadapi"
+	"github.com/meshid/meshid/testkit"
 )
 
 // The SVID served is the Manager's certificate, its key matches, and the

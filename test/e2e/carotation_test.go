@@ -11,7 +11,7 @@ import (
 
 	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/internal/devissuer"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // newCACerts makes a root and an intermediate (an Istio cacerts directory)

@@ -31,7 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 var td = spiffeid.RequireTrustDomainFromString("cluster.local")

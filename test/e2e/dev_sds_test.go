@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // Issue 3, done when: with `meshid dev` running, a client speaking SDS on

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 func workloadOf(t *testing.T, a *agentProc) testkit.Workload {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // parked waits until the agent's rotation scheduler waits on the fake

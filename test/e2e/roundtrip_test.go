@@ -11,7 +11,7 @@ import (
 
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/devissuer"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 var serverServing = regexp.MustCompile(`msg="meshid CA serving".* grpc=(\S+)`)

@@ -14,9 +14,9 @@ import (
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/testkit"
 )
 
 // world is the CA and agents that `meshid server` and `meshid agent` run

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // wantID is the identity of the token `meshid dev` writes (default/default).

@@ -23,7 +23,7 @@ import (
 	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // rulesFile is the alerts file users load (the chart ships the same file).

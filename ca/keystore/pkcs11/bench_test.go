@@ -13,7 +13,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11/softhsm"
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // BenchmarkSignModule compares leaf issuance through ca.Authority with the

@@ -24,7 +24,7 @@ import (
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/kubeclient/fake"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 const (

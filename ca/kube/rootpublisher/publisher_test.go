@@ -23,7 +23,7 @@ import (
 	"github.com/meshid/meshid/ca/kubeclient/fake"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 const name = rootpublisher.DefaultConfigMapName

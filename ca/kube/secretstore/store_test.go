@@ -19,7 +19,7 @@ import (
 	"github.com/meshid/meshid/ca/kube/internal/kubetest"
 	"github.com/meshid/meshid/ca/kube/secretstore"
 	"github.com/meshid/meshid/ca/kubeclient/fake"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 const ns = "istio-system"

@@ -25,7 +25,7 @@ import (
 	"github.com/meshid/meshid/ca/upstream/cfssl"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // answer makes the test upstream's certificate for the CSR's key.

@@ -14,7 +14,7 @@ import (
 	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/ca/upstream/cfssl"
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 func client(t *testing.T, c *testkit.CFSSL, profile, keyFile string) *cfssl.Client {

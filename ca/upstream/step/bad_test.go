@@ -30,7 +30,7 @@ import (
 	"github.com/meshid/meshid/ca/upstream/step"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 // answer makes the test upstream's answer to a sign request for the CSR's

@@ -18,7 +18,7 @@ import (
 
 	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/ca/upstream/step"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 func client(t *testing.T, s *testkit.StepCA, provisioner, keyFile string) *step.Client {

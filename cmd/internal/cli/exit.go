@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Exit statuses shared by meshid and meshid-agent (README "Exit status").
+// Exit statuses shared by meshid and meshid-agent (README.md, "Exit status").
 const (
 	ExitError = 1 // the command ran and failed: unreadable input, a CA that cannot be reached...
 	ExitUsage = 2 // the command line is wrong: unknown command or flag, missing or malformed value

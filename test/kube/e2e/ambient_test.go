@@ -27,8 +27,8 @@ import (
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/identity"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/test/kube/harness"
+	"github.com/meshid/meshid/testkit"
 )
 
 // Ambient mode on the real API server (issue 11): a ztunnel service

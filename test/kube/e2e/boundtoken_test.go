@@ -29,8 +29,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/test/kube/harness"
+	"github.com/meshid/meshid/testkit"
 )
 
 // Issue 15: local verification of bound tokens (ca/authn/boundtoken,

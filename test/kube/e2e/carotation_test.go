@@ -19,8 +19,8 @@ import (
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/test/kube/harness"
+	"github.com/meshid/meshid/testkit"
 )
 
 // mountConfigMap keeps file equal to ns's root ConfigMap, as the kubelet

@@ -20,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/test/kube/harness"
+	"github.com/meshid/meshid/testkit"
 )
 
 // binDir is a temporary directory for the meshid binary (set by TestMain).

@@ -27,8 +27,8 @@ import (
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/jwtapi"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/test/kube/harness"
+	"github.com/meshid/meshid/testkit"
 )
 
 var trustDomain = spiffeid.RequireTrustDomainFromString("cluster.local")

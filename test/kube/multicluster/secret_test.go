@@ -14,7 +14,7 @@ import (
 
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/cluster"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 func remoteSecret(name string, data map[string][]byte) *corev1.Secret {

@@ -27,7 +27,7 @@ import (
 	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/certs"
-	"github.com/meshid/meshid/internal/testkit"
+	"github.com/meshid/meshid/testkit"
 )
 
 var trustDomain = spiffeid.RequireTrustDomainFromString("cluster.local")

@@ -27,7 +27,7 @@ import (
 const DefaultLookupTimeout = 5 * time.Second
 
 // Results of an authorization, the values of the result label of
-// meshid_impersonations_total.
+// meshid_ca_impersonations_total.
 const (
 	ResultAllowed         = "allowed"
 	ResultUntrustedCaller = "untrusted_caller" // condition 1
@@ -113,7 +113,7 @@ func New(cfg Config) (*Authorizer, error) {
 		counts:   map[string]prometheus.Counter{},
 	}
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshid_impersonations_total",
+		Name: "meshid_ca_impersonations_total",
 		Help: "Requests of node agents to impersonate a workload (ImpersonatedIdentity), by result: allowed, untrusted_caller, unbound_caller, no_pod_on_node, foreign_identity, unavailable.",
 	}, []string{"result"})
 	for _, r := range results {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/internal/logs"
+	"github.com/meshid/meshid/internal/metric"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -97,7 +98,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	log := logs.OrDiscard(cfg.Logger)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: nil}))
+	// Renamed metrics are served under their old names too, for a release.
+	mux.Handle("/metrics", promhttp.HandlerFor(metric.WithRenames(cfg.Gatherer), promhttp.HandlerOpts{ErrorLog: nil}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	})

@@ -108,10 +108,10 @@ func New(cfg Config) (*Store, error) {
 		loadedCh: make(chan struct{}),
 		poke:     make(chan struct{}, 1),
 		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshid_jwt_key_secret_loads_total",
+			Name: "meshid_ca_jwt_key_secret_loads_total",
 			Help: "Versions of the JWT signing key Secret seen, by result (loaded or invalid).",
 		}, []string{"result"}),
-		writes: metric.Counter("meshid_jwt_key_secret_writes_total",
+		writes: metric.Counter("meshid_ca_jwt_key_secret_writes_total",
 			"JWT signing key Secrets created or updated by this replica as the leader."),
 	}
 	// The CA's own Lease (ca/kube) has the default leader gauge; this
@@ -137,7 +137,7 @@ func New(cfg Config) (*Store, error) {
 
 // LeaderMetric is the gauge that is 1 while this replica holds the JWT
 // key Lease (and so writes the key Secret).
-const LeaderMetric = "meshid_jwt_key_leader"
+const LeaderMetric = "meshid_ca_jwt_key_leader"
 
 // Keys returns the last valid Set loaded from the Secret, or ErrNotLoaded.
 // It never rotates: the Issuer picks the key that signs now from the Set.

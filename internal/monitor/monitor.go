@@ -182,7 +182,7 @@ func (s *Server) Run(ctx context.Context) error {
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := s.http.Shutdown(shutdownCtx); err != nil {
-		s.log.Warn("monitor: shutdown", "err", err)
+		s.log.Warn("monitor: shutdown", logs.KeyError, err)
 	}
 	<-errc
 	return nil

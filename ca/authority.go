@@ -365,7 +365,7 @@ func (a *Authority) audit(ctx context.Context, msg string, leaf *x509.Certificat
 		r.AddAttrs(slog.String(logs.KeyRenewedSerial, renewal.SerialNumber.Text(16)))
 	}
 	if cut {
-		r.AddAttrs(slog.String("not_after_cut", "ca_expiry"))
+		r.AddAttrs(slog.String(logs.KeyNotAfterCut, "ca_expiry"))
 	}
 	if len(leaf.DNSNames) > 0 {
 		r.AddAttrs(slog.Any(logs.KeyDNSNames, leaf.DNSNames))

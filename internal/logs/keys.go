@@ -57,6 +57,7 @@ const (
 	KeyNamespaces       = "namespaces"
 	KeyNode             = "node"
 	KeyNotAfter         = "not_after"
+	KeyNotAfterCut      = "not_after_cut"
 	KeyOk               = "ok"
 	KeyPath             = "path"
 	KeyPhase            = "phase"

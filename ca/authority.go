@@ -144,11 +144,11 @@ func (a *Authority) SetBundle(b *keystore.Bundle) error {
 	}
 	a.state.Store(is)
 	a.log.Info("CA bundle in use",
-		slog.String("subject", b.Cert.Subject.String()),
-		slog.String("key", certs.KeyTypeOf(b.Cert.PublicKey)),
-		slog.Time("not_after", b.Cert.NotAfter),
-		slog.Int("intermediates", len(b.Intermediates)),
-		slog.Int("roots", len(b.Roots)))
+		slog.String(logs.KeySubject, b.Cert.Subject.String()),
+		slog.String(logs.KeyKey, certs.KeyTypeOf(b.Cert.PublicKey)),
+		slog.Time(logs.KeyNotAfter, b.Cert.NotAfter),
+		slog.Int(logs.KeyIntermediates, len(b.Intermediates)),
+		slog.Int(logs.KeyRoots, len(b.Roots)))
 	return nil
 }
 
@@ -170,10 +170,10 @@ func (a *Authority) Sign(ctx context.Context, req Request) (*Issued, error) {
 			level = slog.LevelWarn
 		}
 		a.log.LogAttrs(ctx, level, "certificate request refused",
-			slog.String("spiffe_id", req.ID.String()),
-			slog.String("caller", req.Caller),
-			slog.String("reason", reason),
-			slog.String("error", err.Error()))
+			slog.String(logs.KeySPIFFEID, req.ID.String()),
+			slog.String(logs.KeyCaller, req.Caller),
+			slog.String(logs.KeyReason, reason),
+			slog.String(logs.KeyError, err.Error()))
 		return nil, err
 	}
 	a.metrics.issued.Inc()
@@ -355,20 +355,20 @@ func (a *Authority) audit(ctx context.Context, msg string, leaf *x509.Certificat
 	// the source), and with its first five attributes inline.
 	r := slog.NewRecord(time.Now(), slog.LevelInfo, msg, 0)
 	r.AddAttrs(
-		slog.String("serial", leaf.SerialNumber.Text(16)),
-		slog.String("spiffe_id", id),
-		slog.String("caller", caller),
-		slog.Time("not_after", leaf.NotAfter),
-		slog.String("key", certs.KeyTypeOf(leaf.PublicKey)),
+		slog.String(logs.KeySerial, leaf.SerialNumber.Text(16)),
+		slog.String(logs.KeySPIFFEID, id),
+		slog.String(logs.KeyCaller, caller),
+		slog.Time(logs.KeyNotAfter, leaf.NotAfter),
+		slog.String(logs.KeyKey, certs.KeyTypeOf(leaf.PublicKey)),
 	)
 	if renewal != nil {
-		r.AddAttrs(slog.String("renewed_serial", renewal.SerialNumber.Text(16)))
+		r.AddAttrs(slog.String(logs.KeyRenewedSerial, renewal.SerialNumber.Text(16)))
 	}
 	if cut {
-		r.AddAttrs(slog.String("not_after_cut", "ca_expiry"))
+		r.AddAttrs(slog.String(logs.KeyNotAfterCut, "ca_expiry"))
 	}
 	if len(leaf.DNSNames) > 0 {
-		r.AddAttrs(slog.Any("dns_names", leaf.DNSNames))
+		r.AddAttrs(slog.Any(logs.KeyDNSNames, leaf.DNSNames))
 	}
 	_ = a.log.Handler().Handle(ctx, r) // as Logger.LogAttrs, a handler's error is dropped
 }

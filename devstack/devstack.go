@@ -84,7 +84,7 @@ func New(cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	s.caCfg = caConfig(cfg, s.issuer)
-	s.caCfg.Logger = s.log.With("process", "ca") // not "component": the CA's parts set their own
+	s.caCfg.Logger = s.log.With(logs.KeyProcess, "ca") // not "component": the CA's parts set their own
 	if s.ca, err = caserver.New(s.caCfg); err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (s *Stack) Listen() error {
 		return err
 	}
 	s.agentCfg = agentConfig(s.cfg, DialAddr(s.ca.Addr()), s.tokenFile)
-	s.agentCfg.Logger = s.log.With("process", "agent")
+	s.agentCfg.Logger = s.log.With(logs.KeyProcess, "agent")
 	var err error
 	if s.agent, err = agent.New(s.agentCfg); err != nil {
 		return err
@@ -209,7 +209,7 @@ func (s *Stack) refreshToken(ctx context.Context) error {
 			return nil
 		case <-t.C():
 			if err := s.writeToken(); err != nil {
-				s.log.Warn("refresh dev token", "err", err)
+				s.log.Warn("refresh dev token", logs.KeyError, err)
 			}
 			t.Reset(TokenTTL / 2)
 		}

@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // FetchSecrets returns the requested secrets now, waiting (within the
@@ -41,7 +43,7 @@ func (s *Server) FetchSecrets(ctx context.Context, req *discoveryv3.DiscoveryReq
 		}
 		e, err := s.hub.entry(sec)
 		if err != nil {
-			s.log.Error("cannot build SDS resource", "resource", name, "error", err)
+			s.log.Error("cannot build SDS resource", logs.KeyResource, name, logs.KeyError, err)
 			return nil, status.Errorf(codes.Internal, "sds: cannot encode %q", name)
 		}
 		if e.expired(now) {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -131,7 +132,7 @@ func (sb *sub) notify(sec *secretcache.Secret) {
 	if sec != nil {
 		var err error
 		if e, err = sb.st.srv.hub.entry(sec); err != nil {
-			sb.st.srv.log.Error("cannot build SDS resource", "resource", sb.name, "error", err)
+			sb.st.srv.log.Error("cannot build SDS resource", logs.KeyResource, sb.name, logs.KeyError, err)
 			return
 		}
 	}
@@ -150,7 +151,7 @@ func (sb *sub) fetch(ctx context.Context) bool {
 	switch {
 	case err == nil:
 		if e, err = s.srv.hub.entry(sec); err != nil {
-			s.srv.log.Error("cannot build SDS resource", "resource", sb.name, "error", err)
+			s.srv.log.Error("cannot build SDS resource", logs.KeyResource, sb.name, logs.KeyError, err)
 			return false
 		}
 	case errors.Is(err, secretcache.ErrUnknownResource):

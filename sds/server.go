@@ -133,7 +133,7 @@ func New(cfg Config) (*Server, error) {
 	shutdown := cfg.ShutdownTimeout
 	shutdown = cmp.Or(shutdown, DefaultShutdownTimeout)
 	log := logs.OrDiscard(cfg.Logger)
-	log = log.With("component", "sds")
+	log = log.With(logs.KeyComponent, "sds")
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err

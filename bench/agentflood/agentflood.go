@@ -44,7 +44,7 @@ type Config struct {
 	Settle time.Duration
 	// What is measured (each optional): the agent's PID (RSS), a
 	// goroutine profile URL (…/debug/pprof/goroutine?debug=1) and the CA's
-	// /metrics URL (meshid_jwtsvid_issued_total).
+	// /metrics URL (meshid_ca_jwtsvid_issued_total).
 	AgentPID      int
 	GoroutinesURL string
 	CAMetricsURL  string
@@ -202,7 +202,7 @@ func sample(ctx context.Context, cfg Config) Sample {
 	}
 	if cfg.CAMetricsURL != "" {
 		if body, err := get(ctx, cfg.CAMetricsURL); err == nil {
-			s.CAMints = counter(body, "meshid_jwtsvid_issued_total")
+			s.CAMints = counter(body, "meshid_ca_jwtsvid_issued_total")
 		}
 	}
 	return s

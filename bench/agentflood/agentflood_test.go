@@ -41,7 +41,7 @@ func TestRun(t *testing.T) {
 			fmt.Fprint(w, "goroutine profile: total 42\n")
 			return
 		}
-		fmt.Fprint(w, "# TYPE meshid_jwtsvid_issued_total counter\nmeshid_jwtsvid_issued_total 7\n")
+		fmt.Fprint(w, "# TYPE meshid_ca_jwtsvid_issued_total counter\nmeshid_ca_jwtsvid_issued_total 7\n")
 	}))
 	defer pages.Close()
 	rep, err := agentflood.Run(t.Context(), agentflood.Config{

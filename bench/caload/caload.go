@@ -203,7 +203,7 @@ func (l *Loader) pregen(ctx context.Context) ([]string, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	l.log.Debug("pregenerated CSRs", "count", len(csrs), "key_type", l.cfg.KeyType)
+	l.log.Debug("pregenerated CSRs", logs.KeyCount, len(csrs), logs.KeyKeyType, l.cfg.KeyType)
 	l.csrs = csrs
 	return csrs, nil
 }

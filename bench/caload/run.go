@@ -12,6 +12,7 @@ import (
 	securityapi "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/bench/latency"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // RunAt runs the configured load with concurrency requests in flight. The
@@ -102,7 +103,7 @@ func (l *Loader) RunAt(ctx context.Context, concurrency int) (*Report, error) {
 	if elapsed > 0 {
 		rep.Throughput = float64(rep.OK) / elapsed.Seconds()
 	}
-	l.log.Debug("load finished", "concurrency", concurrency, "requests", rep.Requests, "ok", rep.OK, "elapsed", elapsed)
+	l.log.Debug("load finished", logs.KeyConcurrency, concurrency, logs.KeyRequests, rep.Requests, logs.KeyOk, rep.OK, logs.KeyElapsed, elapsed)
 	return rep, r.err
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshid/meshid/bench/latency"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // SecretTypeURL is the xDS type of SDS resources.
@@ -192,7 +193,7 @@ func (l *Loader) stream(ctx context.Context, t *tracker, sem chan struct{}, i in
 	defer release()
 	fail := func(err error) {
 		if ctx.Err() == nil {
-			l.log.Debug("stream failed", "stream", i, "error", err)
+			l.log.Debug("stream failed", logs.KeyStream, i, logs.KeyError, err)
 			t.fail(i)
 		}
 	}

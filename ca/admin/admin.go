@@ -72,7 +72,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.MaxConnections = cmp.Or(cfg.MaxConnections, DefaultMaxConnections)
 	cfg.Logger = logs.OrDiscard(cfg.Logger)
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "admin", "socket", cfg.Socket)}
+	s := &Server{cfg: cfg, log: cfg.Logger.With(logs.KeyComponent, "admin", logs.KeySocket, cfg.Socket)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/status", s.handle(http.MethodGet, func(r *rotation.Rotation) (any, error) {
 		st := StatusOf(r.Status())
@@ -102,7 +102,7 @@ func New(cfg Config) (*Server, error) {
 // act runs an operator step and answers with the status that follows.
 func (s *Server) act(name string, step func() error, r *rotation.Rotation) (any, error) {
 	err := step()
-	s.log.Info("admin request", "step", name, "error", errString(err))
+	s.log.Info("admin request", logs.KeyStep, name, logs.KeyError, errString(err))
 	if err != nil {
 		return nil, err
 	}

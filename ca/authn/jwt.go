@@ -211,7 +211,7 @@ func (j *JWT) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			j.log.Warn("cannot load JWT signing keys", "issuer", j.issuer, "error", err)
+			j.log.Warn("cannot load JWT signing keys", logs.KeyIssuer, j.issuer, logs.KeyError, err)
 			if j.keys.Load() == nil {
 				wait = j.minInterval // nothing to verify with yet: retry soon
 			}

@@ -269,18 +269,18 @@ func (t *TokenReview) review(ctx context.Context, token string) (reviewResult, e
 		t.requests.WithLabelValues("error").Inc()
 		n := throttled.Load()
 		if n == 0 {
-			t.log.Warn("TokenReview call failed", "error", err)
+			t.log.Warn("TokenReview call failed", logs.KeyError, err)
 			return reviewResult{}, ca.Wrap(ca.KindUnavailable, err, "tokenreview: the Kubernetes API server could not review the token")
 		}
 		// Still Unavailable: a 429 says nothing about the token.
 		msg := t.throttledMessage(n, ctx.Err() != nil, err)
-		t.log.Warn("TokenReview call failed: the Kubernetes API server throttled it", "http_429", n, "reason", msg, "error", err)
+		t.log.Warn("TokenReview call failed: the Kubernetes API server throttled it", logs.KeyHTTP429, n, logs.KeyReason, msg, logs.KeyError, err)
 		return reviewResult{}, ca.Wrap(ca.KindUnavailable, err, msg)
 	}
 	caller, rejectErr := t.check(&resp.Status)
 	if rejectErr != nil {
 		t.requests.WithLabelValues("rejected").Inc()
-		t.log.Debug("TokenReview rejected a token", "reason", rejectErr, "status_error", resp.Status.Error)
+		t.log.Debug("TokenReview rejected a token", logs.KeyReason, rejectErr, logs.KeyStatusError, resp.Status.Error)
 		return reviewResult{err: rejectErr}, nil
 	}
 	t.requests.WithLabelValues("authenticated").Inc()

@@ -33,6 +33,7 @@ import (
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/internal/buildinfo"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/monitor"
 	"github.com/meshid/meshid/internal/reachability"
 )
@@ -239,7 +240,7 @@ func (s *Server) nodeAuthorizer() (*nodeauth.Authorizer, error) {
 		return nil, nil
 	}
 	if s.kc == nil {
-		s.log.Warn("trusted node accounts are configured but there is no Kubernetes client to see their pods: every impersonation will be refused", "accounts", len(cfg.TrustedNodeAccounts))
+		s.log.Warn("trusted node accounts are configured but there is no Kubernetes client to see their pods: every impersonation will be refused", logs.KeyAccounts, len(cfg.TrustedNodeAccounts))
 		return nil, nil
 	}
 	return nodeauth.New(nodeauth.Config{
@@ -271,7 +272,7 @@ func (s *Server) newJWTKeys() error {
 	if cfg.Bundle == nil {
 		dir = cfg.StateDir
 		if err := os.MkdirAll(dir, 0o700); err != nil { // e.g. a read-only root with --ca-dir
-			s.log.Warn("the JWT signing keys stay in memory: a restart will start with new ones", "state_dir", dir, "error", err)
+			s.log.Warn("the JWT signing keys stay in memory: a restart will start with new ones", logs.KeyStateDir, dir, logs.KeyError, err)
 			dir = ""
 		}
 	}
@@ -286,7 +287,7 @@ func (s *Server) newJWTKeys() error {
 func (s *Server) closeKey() {
 	if s.key != nil {
 		if err := s.key.Close(); err != nil {
-			s.log.Warn("closing the CA key's module", "error", err)
+			s.log.Warn("closing the CA key's module", logs.KeyError, err)
 		}
 	}
 }

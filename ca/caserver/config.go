@@ -42,9 +42,9 @@ const (
 	DefaultNamespace        = "istio-system"
 	// DefaultGCPercent: the CA's live heap is small and its garbage is
 	// per request, so Go's GOGC=100 collected every few hundred
-	// certificates; at 400 the GC's mark work fell from 6.3% to 0.9% of
-	// the CA's CPU under load (docs/benchmarks.md), for a heap that peaks
-	// at five times the live one instead of twice.
+	// certificates; at 400 the GC's mark work is a small fraction of what
+	// it was (the measured figures: docs/benchmarks.md), for a heap that
+	// peaks at five times the live one instead of twice.
 	DefaultGCPercent = 400
 )
 

@@ -15,6 +15,7 @@ import (
 	"github.com/meshid/meshid/ca/kube/election"
 	kubeapi "github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/rotation"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // kubeClients are the CA's two Kubernetes clients: auth sends
@@ -91,7 +92,7 @@ func newKubeStack(cfg Config, kc kubeapi.Interface, roots kube.RootSource) (*kub
 // waitForBundle waits for the Controller's first bundle, which the leader
 // creates if no CA Secret exists yet.
 func (k *kubeStack) waitForBundle(ctx context.Context, log *slog.Logger, namespace string) (*keystore.Bundle, error) {
-	log.Info("waiting for the CA Secret", "namespace", namespace)
+	log.Info("waiting for the CA Secret", logs.KeyNamespace, namespace)
 	b, err := k.ctrl.WaitForBundle(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("kube keystore: %w", err)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshid/meshid/ca/rotation"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // The Secret that holds the rotation's state when the CA is kept in a
@@ -79,7 +80,7 @@ func (k *kubeRotationState) restore(ctx context.Context, r *rotation.Rotation) {
 		return
 	}
 	if err != nil {
-		k.log.Error("the saved rotation state could not be read: roots only it held are not restored", "error", wrapState(err))
+		k.log.Error("the saved rotation state could not be read: roots only it held are not restored", logs.KeyError, wrapState(err))
 		return
 	}
 	_ = r.Restore(sec.Data[rotationStateKey]) // a refused record is logged and makes the rotation stuck

@@ -14,6 +14,7 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // nextDir is the subdirectory of the state directory that holds a prepared
@@ -73,7 +74,7 @@ func (s *Server) newRotation(ctx context.Context, b, next *keystore.Bundle) (*ro
 		// A restart while a new root was prepared prepares it again; the
 		// saved state gives it back its propagation clock.
 		if err := r.SetBundle(next); err != nil {
-			s.log.Error("the prepared root in the state directory is refused", "dir", filepath.Join(cfg.StateDir, nextDir), "error", err)
+			s.log.Error("the prepared root in the state directory is refused", logs.KeyDir, filepath.Join(cfg.StateDir, nextDir), logs.KeyError, err)
 		}
 	}
 	if kubeState != nil {
@@ -138,7 +139,7 @@ func (f rotationFile) restore(r *rotation.Rotation) {
 	}
 	if err != nil {
 		if err := os.Rename(f.path, f.path+".refused"); err != nil {
-			f.log.Error("the refused rotation state could not be moved aside", "file", f.path, "error", err)
+			f.log.Error("the refused rotation state could not be moved aside", logs.KeyFile, f.path, logs.KeyError, err)
 		}
 	}
 }
@@ -260,7 +261,7 @@ func (t *rotationTarget) SetBundle(b *keystore.Bundle) error {
 		err = certs.WriteFileAtomic(filepath.Join(t.stateDir, keystore.RootCertFile), certs.EncodeCertificates(b.Roots...), 0o644)
 	}
 	if err != nil {
-		t.log.Error("the state directory does not follow the CA rotation", "dir", t.stateDir, "error", err)
+		t.log.Error("the state directory does not follow the CA rotation", logs.KeyDir, t.stateDir, logs.KeyError, err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // boundTokenVerifier returns the local verifier of the cluster's bound
@@ -15,7 +16,7 @@ func (s *Server) boundTokenVerifier() (*boundtoken.Verifier, error) {
 	cfg := s.cfg
 	mode := cfg.TokenVerification
 	if mode != boundtoken.ModeTokenReview && s.kc.metadata == nil {
-		s.log.Warn("local token verification needs a client from --kubeconfig or the in-cluster config; every token goes to TokenReview", "configured", string(mode))
+		s.log.Warn("local token verification needs a client from --kubeconfig or the in-cluster config; every token goes to TokenReview", logs.KeyConfigured, string(mode))
 		mode = boundtoken.ModeTokenReview
 	}
 	if mode == boundtoken.ModeTokenReview {

@@ -14,6 +14,7 @@ import (
 	"github.com/meshid/meshid/ca/upstream/cfssl"
 	"github.com/meshid/meshid/ca/upstream/step"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // UpstreamConfig has the organisation's CA mint and renew the CA's
@@ -86,10 +87,10 @@ func (s *Server) upstreamBundle() (*keystore.Bundle, error) {
 	switch {
 	case err == nil:
 		s.log.Info("intermediate of the upstream CA loaded from the state directory",
-			"dir", dir, "not_after", b.Cert.NotAfter, "renew_at", s.upstream.RenewAt(b, time.Time{}))
+			logs.KeyDir, dir, logs.KeyNotAfter, b.Cert.NotAfter, logs.KeyRenewAt, s.upstream.RenewAt(b, time.Time{}))
 	case errors.Is(err, fs.ErrNotExist):
 	default:
-		s.log.Warn("the saved intermediate is not valid: minting a new one", "dir", dir, "error", err)
+		s.log.Warn("the saved intermediate is not valid: minting a new one", logs.KeyDir, dir, logs.KeyError, err)
 	}
 	if err != nil {
 		if b, err = s.upstream.Mint(context.Background()); err != nil {
@@ -99,8 +100,8 @@ func (s *Server) upstreamBundle() (*keystore.Bundle, error) {
 			return nil, err
 		}
 		s.upstreamMinted = cfg.Clock.Now()
-		s.log.Info("intermediate minted by the upstream CA", "subject", b.Cert.Subject.String(),
-			"serial", b.Cert.SerialNumber.Text(16), "not_after", b.Cert.NotAfter, "renew_at", s.upstream.RenewAt(b, s.upstreamMinted))
+		s.log.Info("intermediate minted by the upstream CA", logs.KeySubject, b.Cert.Subject.String(),
+			logs.KeySerial, b.Cert.SerialNumber.Text(16), logs.KeyNotAfter, b.Cert.NotAfter, logs.KeyRenewAt, s.upstream.RenewAt(b, s.upstreamMinted))
 	}
 	// The trust bundle is the upstream's roots; the rotation keeps the
 	// file in step from now on.

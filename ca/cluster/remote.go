@@ -13,6 +13,7 @@ import (
 	kclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/nodeauth"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // newRemote builds cluster id's TokenReview client and reviewer (with a
@@ -22,7 +23,7 @@ func (r *Router) newRemote(id string, rc *rest.Config) (*remote, error) {
 	if err != nil {
 		return nil, fmt.Errorf("TokenReview client: %w", err)
 	}
-	log := r.log.With("cluster", id)
+	log := r.log.With(logs.KeyCluster, id)
 	reviewer, err := authn.NewTokenReview(authn.TokenReviewConfig{
 		Client:    client,
 		Audiences: r.cfg.Audiences,
@@ -84,10 +85,10 @@ func (r *Router) probe(rem *remote) {
 	switch {
 	case apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err):
 		state = StateUnauthorized
-		r.log.Warn("remote cluster refuses the CA's credentials: it must allow tokenreviews create", "cluster", rem.id, "error", err)
+		r.log.Warn("remote cluster refuses the CA's credentials: it must allow tokenreviews create", logs.KeyCluster, rem.id, logs.KeyError, err)
 	case err != nil:
 		state = StateUnreachable
-		r.log.Warn("remote cluster unreachable", "cluster", rem.id, "error", err)
+		r.log.Warn("remote cluster unreachable", logs.KeyCluster, rem.id, logs.KeyError, err)
 	}
 	// Under the lock, so that a removal cannot come between the check
 	// and the gauge (which would bring a removed cluster's series back).

@@ -281,7 +281,7 @@ func (r *Router) Set(id string, rc *rest.Config, owner string) error {
 	r.metrics.setState(id, StateConfigured) // series change with entries, under the lock
 	r.mu.Unlock()
 	old.stop()
-	r.log.Info("remote cluster configured", "cluster", id, "from", owner)
+	r.log.Info("remote cluster configured", logs.KeyCluster, id, logs.KeyFrom, owner)
 	go r.probe(rem)
 	return nil
 }
@@ -316,7 +316,7 @@ func (r *Router) Remove(id, owner string) {
 	r.metrics.forget(id)
 	r.mu.Unlock()
 	old.stop()
-	r.log.Info("remote cluster removed", "cluster", id, "from", owner)
+	r.log.Info("remote cluster removed", logs.KeyCluster, id, logs.KeyFrom, owner)
 }
 
 func (r *Router) admit(id, owner string) error {

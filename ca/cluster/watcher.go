@@ -90,7 +90,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.factory.Start(ctx.Done())
 	defer w.factory.Shutdown()
 	if cache.WaitForCacheSync(ctx.Done(), w.informer.HasSynced) {
-		w.log.Info("remote secrets synced", "namespace", w.cfg.Namespace, "clusters", len(w.cfg.Router.Clusters()))
+		w.log.Info("remote secrets synced", logs.KeyNamespace, w.cfg.Namespace, logs.KeyClusters, len(w.cfg.Router.Clusters()))
 	}
 	<-ctx.Done()
 	return nil
@@ -134,7 +134,7 @@ func (w *Watcher) sync(s *corev1.Secret, data map[string][]byte) {
 	prev := w.owned[owner]
 	next := map[string][32]byte{}
 	for _, id := range slices.Sorted(maps.Keys(data)) {
-		log := w.log.With("secret", s.Namespace+"/"+s.Name, "key", clip(id))
+		log := w.log.With(logs.KeySecret, s.Namespace+"/"+s.Name, logs.KeyKey, clip(id))
 		if sum, ok := w.apply(log, owner, id, data[id], prev); ok {
 			next[id] = sum
 		}
@@ -155,7 +155,7 @@ func (w *Watcher) sync(s *corev1.Secret, data map[string][]byte) {
 // when owner now holds id (working or invalid).
 func (w *Watcher) apply(log *slog.Logger, owner, id string, data []byte, prev map[string][32]byte) (sum [32]byte, ok bool) {
 	if err := CheckID(id); err != nil {
-		log.Warn("remote secret: the key is not a cluster ID; ignored", "error", err)
+		log.Warn("remote secret: the key is not a cluster ID; ignored", logs.KeyError, err)
 		return sum, false
 	}
 	if id == w.cfg.Router.LocalID() {
@@ -168,15 +168,15 @@ func (w *Watcher) apply(log *slog.Logger, owner, id string, data []byte, prev ma
 	}
 	rc, err := Sanitize(data, w.cfg.MaxKubeconfigSize, w.cfg.InsecureKubeconfigOptions)
 	if err != nil {
-		log.Warn("remote secret: kubeconfig refused", "error", err)
+		log.Warn("remote secret: kubeconfig refused", logs.KeyError, err)
 		if err := w.cfg.Router.Invalidate(id, owner); err != nil {
-			log.Warn("remote secret: cluster not recorded", "error", err)
+			log.Warn("remote secret: cluster not recorded", logs.KeyError, err)
 			return sum, false
 		}
 		return sum, true
 	}
 	if err := w.cfg.Router.Set(id, rc, owner); err != nil {
-		log.Warn("remote secret: cluster not configured", "error", err)
+		log.Warn("remote secret: cluster not configured", logs.KeyError, err)
 		return sum, false
 	}
 	return sum, true

@@ -112,7 +112,7 @@ func New(cfg Config) (*Issuer, error) {
 		td: cfg.TrustDomain, ttl: cfg.TTL, keys: cfg.Keys,
 		maxAud: cfg.MaxAudiences, maxAudLen: cfg.MaxAudienceLength,
 		clock:   clock.OrReal(cfg.Clock),
-		issued:  metric.Counter("meshid_jwtsvid_issued_total", "JWT-SVIDs issued by the CA."),
+		issued:  metric.Counter("meshid_ca_jwtsvid_issued_total", "JWT-SVIDs issued by the CA."),
 		signers: map[string]jose.Signer{},
 	}
 	if cfg.Registerer != nil {

@@ -81,7 +81,7 @@ func TestIssuedTokenValidatesWithGoSpiffe(t *testing.T) {
 	if _, err := jwtsvid.ParseAndValidate(tok.Token, bundle(t, i), []string{"inventory"}); err == nil {
 		t.Error("a token for orders,payments validated for the audience inventory")
 	}
-	if got := testkit.Metric(t, reg, "meshid_jwtsvid_issued_total"); got != 1 {
+	if got := testkit.Metric(t, reg, "meshid_ca_jwtsvid_issued_total"); got != 1 {
 		t.Errorf("issued = %v", got)
 	}
 }
@@ -258,7 +258,7 @@ func TestIssueForCapsAtTheCredential(t *testing.T) {
 	if ca.KindOf(err) != ca.KindUnauthenticated || !strings.Contains(err.Error(), "the token expired at") {
 		t.Errorf("expired token: %v, want Unauthenticated naming the expiry", err)
 	}
-	if n := testkit.Metric(t, reg, "meshid_jwtsvid_issued_total"); n != 3 {
+	if n := testkit.Metric(t, reg, "meshid_ca_jwtsvid_issued_total"); n != 3 {
 		t.Errorf("issued = %v, want 3", n)
 	}
 }

@@ -109,12 +109,12 @@ func (l *Local) Keys() (*Set, error) {
 		return l.set, nil
 	}
 	l.set = next
-	l.log.Info("JWT signing keys rotated", "keys", len(next.Keys))
+	l.log.Info("JWT signing keys rotated", logs.KeyKeys, len(next.Keys))
 	if l.path != "" {
 		// A failed save costs a restart's continuity, not this process's
 		// tokens: keep signing, and say so.
 		if err := l.save(next); err != nil {
-			l.log.Error("cannot save the JWT signing keys; a restart will start with new ones", "path", l.path, "error", err)
+			l.log.Error("cannot save the JWT signing keys; a restart will start with new ones", logs.KeyPath, l.path, logs.KeyError, err)
 		}
 	}
 	return next, nil

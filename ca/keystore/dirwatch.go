@@ -91,7 +91,7 @@ func NewDirWatcher(cfg DirWatcherConfig) (*DirWatcher, error) {
 	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	w := &DirWatcher{
 		cfg: cfg,
-		log: cfg.Logger.With("dir", cfg.Dir),
+		log: cfg.Logger.With(logs.KeyDir, cfg.Dir),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshid_ca_dir_reloads_total",
 			Help: "Reloads of the plugged-in CA directory (--ca-dir) after a change, by result: applied, unchanged, failed (the previous CA stays in use).",
@@ -152,7 +152,7 @@ func (w *DirWatcher) Run(ctx context.Context) error {
 			}
 			// Events were lost (queue overflow): the directory may have
 			// changed, so reload as for a change.
-			w.log.Warn("CA directory watch error; reloading in case a change was missed", "error", err)
+			w.log.Warn("CA directory watch error; reloading in case a change was missed", logs.KeyError, err)
 			if !pending {
 				pending = true
 				timer.Reset(w.cfg.ReloadDelay)
@@ -203,14 +203,14 @@ func (w *DirWatcher) reload() {
 	if err != nil {
 		// Errors name the file at fault and never hold key bytes.
 		w.reloads.WithLabelValues(ReloadFailed).Inc()
-		w.log.Error("CA directory update refused; the previous CA stays in use", "error", err)
+		w.log.Error("CA directory update refused; the previous CA stays in use", logs.KeyError, err)
 		return
 	}
 	w.reloads.WithLabelValues(ReloadApplied).Inc()
 	w.log.Info("CA directory reloaded",
-		"subject", b.Cert.Subject.String(),
-		"not_after", b.Cert.NotAfter,
-		"roots", len(b.Roots))
+		logs.KeySubject, b.Cert.Subject.String(),
+		logs.KeyNotAfter, b.Cert.NotAfter,
+		logs.KeyRoots, len(b.Roots))
 }
 
 // sameBundle reports whether a and b hold the same certificates (the key

@@ -219,14 +219,14 @@ func (c *Controller) lead(ctx context.Context) {
 	if c.store != nil {
 		wg.Go(func() {
 			if err := c.store.Bootstrap(ctx); err != nil {
-				c.log.Error("kube: root Secret bootstrap stopped", "error", err)
+				c.log.Error("kube: root Secret bootstrap stopped", logs.KeyError, err)
 			}
 		})
 	}
 	if c.publisher != nil {
 		wg.Go(func() {
 			if err := c.publisher.Run(ctx); err != nil {
-				c.log.Error("kube: root ConfigMap publisher stopped", "error", err)
+				c.log.Error("kube: root ConfigMap publisher stopped", logs.KeyError, err)
 			}
 		})
 	}
@@ -300,7 +300,7 @@ func (c *Controller) Bind(s BundleSetter) (cancel func()) {
 	return c.store.Subscribe(func(b *keystore.Bundle) {
 		if err := s.SetBundle(b); err != nil {
 			c.log.Error("kube: the Authority rejected the new CA bundle; keeping the previous one",
-				"source", c.store.Source(), "error", err)
+				logs.KeySource, c.store.Source(), logs.KeyError, err)
 		}
 	})
 }

@@ -27,7 +27,7 @@ import (
 const DefaultLookupTimeout = 5 * time.Second
 
 // Results of an authorization, the values of the result label of
-// meshid_impersonations_total.
+// meshid_ca_impersonations_total.
 const (
 	ResultAllowed         = "allowed"
 	ResultUntrustedCaller = "untrusted_caller" // condition 1
@@ -113,7 +113,7 @@ func New(cfg Config) (*Authorizer, error) {
 		counts:   map[string]prometheus.Counter{},
 	}
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshid_impersonations_total",
+		Name: "meshid_ca_impersonations_total",
 		Help: "Requests of node agents to impersonate a workload (ImpersonatedIdentity), by result: allowed, untrusted_caller, unbound_caller, no_pod_on_node, foreign_identity, unavailable.",
 	}, []string{"result"})
 	for _, r := range results {
@@ -132,7 +132,7 @@ func (a *Authorizer) Run(ctx context.Context) error {
 	a.factory.Start(ctx.Done())
 	defer a.factory.Shutdown()
 	if cache.WaitForCacheSync(ctx.Done(), a.informer.HasSynced) {
-		a.log.Info("node authorization: pod informer synced", "pods", len(a.informer.GetStore().ListKeys()))
+		a.log.Info("node authorization: pod informer synced", logs.KeyPods, len(a.informer.GetStore().ListKeys()))
 	}
 	<-ctx.Done()
 	return nil
@@ -238,7 +238,7 @@ func (a *Authorizer) pod(ctx context.Context, ns, name string) (*podInfo, error)
 		return nil, nil
 	}
 	if err != nil {
-		a.log.Warn("node authorization: cannot read a pod before the informer synced", "pod", ns+"/"+name, "error", err)
+		a.log.Warn("node authorization: cannot read a pod before the informer synced", logs.KeyPod, ns+"/"+name, logs.KeyError, err)
 		return nil, ca.Wrap(ca.KindUnavailable, err, "impersonation: the pod informer has not synced and the Kubernetes API server cannot answer; retry later")
 	}
 	return infoOf(pod), nil
@@ -266,7 +266,7 @@ func (a *Authorizer) podOnNode(ctx context.Context, node string, sa identity.Ser
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
 	})
 	if err != nil {
-		a.log.Warn("node authorization: cannot list pods before the informer synced", "namespace", sa.Namespace, "node", node, "error", err)
+		a.log.Warn("node authorization: cannot list pods before the informer synced", logs.KeyNamespace, sa.Namespace, logs.KeyNode, node, logs.KeyError, err)
 		return false, ca.Wrap(ca.KindUnavailable, err, "impersonation: the pod informer has not synced and the Kubernetes API server cannot answer; retry later")
 	}
 	for i := range list.Items {

@@ -184,8 +184,8 @@ func TestAuthorize(t *testing.T) {
 				})
 			}
 			for r, n := range want {
-				if got := testkit.Metric(t, reg, "meshid_impersonations_total", "result", r); got != n {
-					t.Errorf("meshid_impersonations_total{result=%q} = %v, want %v", r, got, n)
+				if got := testkit.Metric(t, reg, "meshid_ca_impersonations_total", "result", r); got != n {
+					t.Errorf("meshid_ca_impersonations_total{result=%q} = %v, want %v", r, got, n)
 				}
 			}
 		})
@@ -257,7 +257,7 @@ func TestUnavailableBeforeSync(t *testing.T) {
 	if !errors.As(err, &e) || strings.Contains(e.Msg, "connection refused") {
 		t.Fatalf("the caller's message %q should not carry the API error", e.Msg)
 	}
-	if got := testkit.Metric(t, reg, "meshid_impersonations_total", "result", nodeauth.ResultUnavailable); got != 1 {
+	if got := testkit.Metric(t, reg, "meshid_ca_impersonations_total", "result", nodeauth.ResultUnavailable); got != 1 {
 		t.Fatalf("unavailable count = %v", got)
 	}
 	untrusted := &authn.Caller{Namespace: "prod", ServiceAccount: "web", PodName: "web-a", PodUID: "uid-prod-web-a", Method: authn.MethodTokenReview}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"slices"
 	"time"
+
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // Steps of Restore and Follow (they move no clock: the phase keeps the
@@ -31,7 +33,7 @@ func (r *Rotation) save(ctx context.Context) {
 	}
 	switch {
 	case err == nil:
-		r.log.Debug("rotation state saved", "bytes", len(data))
+		r.log.Debug("rotation state saved", logs.KeyBytes, len(data))
 		return
 	case errors.Is(err, ErrNotWriter):
 		// Another replica writes; this one tries again later, in case it
@@ -42,7 +44,7 @@ func (r *Rotation) save(ctx context.Context) {
 		return
 	}
 	if ctx.Err() == nil {
-		r.log.Error("the rotation state could not be saved; a restart now would restore the previous one", "error", err)
+		r.log.Error("the rotation state could not be saved; a restart now would restore the previous one", logs.KeyError, err)
 		r.mu.Lock()
 		r.dirty, r.saveRetry = true, r.clock.Now().Add(retryDelay)
 		r.mu.Unlock()
@@ -108,10 +110,10 @@ func (r *Rotation) Restore(data []byte) error {
 		}
 	case rec.Prepared == loaded:
 		r.log.Warn("restarted while a CA was prepared: the CA it replaces is no longer loaded, so the prepared CA signs now, before its propagation ended; the old roots stay trusted until retired",
-			"subject", ns.current.Cert.Subject.String(), "activate_at", rec.ActivateAt)
+			logs.KeySubject, ns.current.Cert.Subject.String(), logs.KeyActivateAt, rec.ActivateAt)
 	default:
 		r.log.Warn("the CA changed while the server was down: it signs at once; the roots of the saved state stay trusted until retired",
-			"subject", ns.current.Cert.Subject.String())
+			logs.KeySubject, ns.current.Cert.Subject.String())
 	}
 	ns.addRecordRoots(rec, now, r.cfg.RetireAfter, true)
 	ns.since = now
@@ -121,10 +123,10 @@ func (r *Rotation) Restore(data []byte) error {
 	if err := r.commitLocked(ns, stepRestored); err != nil {
 		r.stuck = "restoring the saved rotation state: " + err.Error()
 		r.changedLocked()
-		r.log.Error("the saved rotation state could not be restored", "error", err)
+		r.log.Error("the saved rotation state could not be restored", logs.KeyError, err)
 		return err
 	}
-	r.log.Info("rotation state restored", "phase", ns.phase(), "since", ns.since, "roots", len(ns.roots()))
+	r.log.Info("rotation state restored", logs.KeyPhase, ns.phase(), logs.KeySince, ns.since, logs.KeyRoots, len(ns.roots()))
 	return nil
 }
 
@@ -140,9 +142,9 @@ func (r *Rotation) RefuseState(err error) {
 func (r *Rotation) refuseStateLocked(err error) {
 	r.stuck = err.Error()
 	r.changedLocked()
-	r.log.Error("the saved rotation state is refused and not used: roots only it held are not restored", "error", err)
+	r.log.Error("the saved rotation state is refused and not used: roots only it held are not restored", logs.KeyError, err)
 	if err := r.startLocked(); err != nil {
-		r.log.Error("the roots trusted at start could not be added", "error", err)
+		r.log.Error("the roots trusted at start could not be added", logs.KeyError, err)
 	}
 }
 
@@ -175,7 +177,7 @@ func (r *Rotation) Follow(data []byte) error {
 	now := r.clock.Now()
 	rec, err := parseRecord(data, now)
 	if err != nil {
-		r.log.Error("the shared rotation state is refused: this replica keeps its own clock", "error", err)
+		r.log.Error("the shared rotation state is refused: this replica keeps its own clock", logs.KeyError, err)
 		return err
 	}
 	r.mu.Lock()
@@ -203,7 +205,7 @@ func (r *Rotation) followActivationLocked(ns state) error {
 		return err
 	}
 	r.log.Info("new CA active: the leader signs with it, so this replica does too",
-		"subject", ns.current.Cert.Subject.String())
+		logs.KeySubject, ns.current.Cert.Subject.String())
 	return nil
 }
 

@@ -156,7 +156,7 @@ func New(cfg Config) (*Rotation, error) {
 	}
 	r := &Rotation{
 		cfg:     cfg,
-		log:     cfg.Logger.With("component", "ca-rotation"),
+		log:     cfg.Logger.With(logs.KeyComponent, "ca-rotation"),
 		clock:   cfg.Clock,
 		wake:    make(chan struct{}, 1),
 		st:      state{current: cfg.Current, since: cfg.Clock.Now()},
@@ -220,7 +220,7 @@ func (r *Rotation) SetBundle(b *keystore.Bundle) error {
 			return r.refuseLocked(err)
 		}
 		r.log.Info("new CA signs at once: its roots are already trusted",
-			"subject", b.Cert.Subject.String(), "not_after", b.Cert.NotAfter)
+			logs.KeySubject, b.Cert.Subject.String(), logs.KeyNotAfter, b.Cert.NotAfter)
 	default:
 		ns := s.clone()
 		ns.next, ns.preparedAt, ns.activateAt, ns.since = b, now, now.Add(r.cfg.Propagation), now
@@ -236,7 +236,7 @@ func (r *Rotation) SetBundle(b *keystore.Bundle) error {
 			return r.refuseLocked(err)
 		}
 		r.log.Info("new CA prepared: its roots are in the trust bundle; the current CA still signs",
-			"subject", b.Cert.Subject.String(), "activate_at", ns.activateAt)
+			logs.KeySubject, b.Cert.Subject.String(), logs.KeyActivateAt, ns.activateAt)
 	}
 	r.stuck = ""
 	return nil
@@ -255,7 +255,7 @@ func (r *Rotation) refuseLocked(err error) error {
 	r.stuck = err.Error()
 	r.steps["refused"]++
 	r.changedLocked()
-	r.log.Error("new CA refused; the current CA keeps signing", "error", err)
+	r.log.Error("new CA refused; the current CA keeps signing", logs.KeyError, err)
 	return err
 }
 
@@ -277,12 +277,12 @@ func (r *Rotation) activateLocked(now time.Time) error {
 		r.stuck = fmt.Sprintf("activating %q: %v", next.Cert.Subject.String(), err)
 		r.retry = now.Add(retryDelay)
 		r.changedLocked()
-		r.log.Error("prepared CA could not be activated; the current CA keeps signing", "error", err)
+		r.log.Error("prepared CA could not be activated; the current CA keeps signing", logs.KeyError, err)
 		return err
 	}
 	r.stuck = ""
 	r.log.Info("new CA active: it signs; the old roots stay trusted until retired",
-		"subject", next.Cert.Subject.String(), "retire_at", now.Add(r.cfg.RetireAfter))
+		logs.KeySubject, next.Cert.Subject.String(), logs.KeyRetireAt, now.Add(r.cfg.RetireAfter))
 	return nil
 }
 
@@ -348,7 +348,7 @@ func (r *Rotation) changedLocked() {
 func (r *Rotation) Run(ctx context.Context) error {
 	r.mu.Lock()
 	if err := r.startLocked(); err != nil {
-		r.log.Error("the roots trusted at start could not be added", "error", err)
+		r.log.Error("the roots trusted at start could not be added", logs.KeyError, err)
 	}
 	r.mu.Unlock()
 	for {
@@ -393,17 +393,17 @@ func (r *Rotation) tick() {
 			r.stuck = fmt.Sprintf("retiring old roots: %v", err)
 			r.retry = now.Add(retryDelay)
 			r.changedLocked()
-			r.log.Error("old roots could not be retired", "error", err)
+			r.log.Error("old roots could not be retired", logs.KeyError, err)
 		} else {
 			for _, c := range dropped {
-				r.log.Info("old root retired: it left the trust bundle", "subject", c.Subject.String(), "serial", c.SerialNumber.Text(16))
+				r.log.Info("old root retired: it left the trust bundle", logs.KeySubject, c.Subject.String(), logs.KeySerial, c.SerialNumber.Text(16))
 			}
 		}
 	}
 	due := r.rootDueLocked(now)
 	r.mu.Unlock()
 	if due {
-		r.log.Info("the self-signed root nears its expiry: preparing a new one", "threshold", r.cfg.RootRotationThreshold)
+		r.log.Info("the self-signed root nears its expiry: preparing a new one", logs.KeyThreshold, r.cfg.RootRotationThreshold)
 		if err := r.RotateRoot(); err != nil {
 			r.mu.Lock()
 			r.retry = now.Add(retryDelay)

@@ -21,6 +21,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // CreateCertificate implements IstioCertificateService: it signs the CSR
@@ -73,7 +74,7 @@ func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertific
 		return nil, caller, err
 	}
 	if caller.Cluster != "" {
-		s.log.Debug("certificate request from a remote cluster", "cluster_id", caller.Cluster, "caller", caller.String())
+		s.log.Debug("certificate request from a remote cluster", logs.KeyClusterID, caller.Cluster, logs.KeyCaller, caller.String())
 	}
 	return &securityv1alpha1.IstioCertificateResponse{CertChain: s.pem.chain(issued)}, caller, nil
 }

@@ -204,7 +204,7 @@ func TestImpersonation(t *testing.T) {
 			allowed++
 		}
 	}
-	if got := testkit.Metric(t, e.reg, "meshid_impersonations_total", "result", nodeauth.ResultAllowed); got != allowed {
+	if got := testkit.Metric(t, e.reg, "meshid_ca_impersonations_total", "result", nodeauth.ResultAllowed); got != allowed {
 		t.Errorf("allowed impersonations = %v, want %v (a refused CSR must not count)", got, allowed)
 	}
 
@@ -283,7 +283,7 @@ func TestImpersonationRepeated(t *testing.T) {
 	if grown := int64(heapAlloc()) - int64(before); grown > 2<<20 {
 		t.Fatalf("the heap grew by %d KiB over 10,000 refused impersonations", grown>>10)
 	}
-	if got := testkit.Metric(t, e.reg, "meshid_impersonations_total", "result", nodeauth.ResultUntrustedCaller); got < 3500 {
+	if got := testkit.Metric(t, e.reg, "meshid_ca_impersonations_total", "result", nodeauth.ResultUntrustedCaller); got < 3500 {
 		t.Fatalf("untrusted-caller refusals counted %v", got)
 	}
 }

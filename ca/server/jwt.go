@@ -10,6 +10,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/internal/jwtapi"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // JWTIssuer mints JWT-SVIDs and publishes the JWKS that verifies them;
@@ -76,7 +77,7 @@ func (j jwtService) mint(ctx context.Context, req *workloadpb.JWTSVIDRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	j.s.log.Debug("JWT-SVID issued", "spiffe_id", id.String(), "caller", caller.String(), "kid", tok.KeyID, "expiry", tok.Expiry.UTC())
+	j.s.log.Debug("JWT-SVID issued", logs.KeySPIFFEID, id.String(), logs.KeyCaller, caller.String(), logs.KeyKid, tok.KeyID, logs.KeyExpiry, tok.Expiry.UTC())
 	return &workloadpb.JWTSVIDResponse{Svids: []*workloadpb.JWTSVID{{SpiffeId: id.String(), Svid: tok.Token}}}, nil
 }
 

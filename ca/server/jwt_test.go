@@ -302,7 +302,7 @@ func TestNothingSignedForACallerThatLeft(t *testing.T) {
 	if err := e.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if n := testkit.Metric(t, reg, "meshid_jwtsvid_issued_total"); n != 0 {
+	if n := testkit.Metric(t, reg, "meshid_ca_jwtsvid_issued_total"); n != 0 {
 		t.Errorf("%v JWT-SVIDs minted for callers that left, want 0", n)
 	}
 	if n := testkit.Metric(t, reg, "meshid_ca_certificates_issued_total") - served; n != 0 {

@@ -28,6 +28,7 @@ import (
 	"github.com/meshid/meshid/bench/cryptobound"
 	"github.com/meshid/meshid/bench/latency"
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/devissuer"
 )
@@ -52,6 +53,8 @@ Progress goes to standard error once a second; the report (a table, or JSON
 with -o json) goes to standard output.`,
 	}
 	cmd.AddCommand(newBenchCACmd(), newBenchSDSCmd(), newBenchFloodCmd())
+	// A wrong command line (a bad -o among them) exits 2, as meshid's.
+	cli.MarkUsageErrors(cmd)
 	return cmd
 }
 
@@ -60,7 +63,8 @@ type benchCAFlags struct {
 	tokenFile, devStateDir       string
 	namespace, trustDomain       string
 	audience, keyType, clusterID string
-	output, sweep, chart         string
+	sweep, chart                 string
+	output                       *cli.Output
 	serviceAccounts, concurrency int
 	requests, connections        int
 	duration, timeout, ttl       time.Duration
@@ -125,7 +129,7 @@ Latency percentiles cover successful requests.`,
 	fl.IntVar(&f.caPID, "ca-pid", 0, "the CA's `pid` on this machine: report its CPU time per certificate (and, with --crypto-bound, the bound's share of it)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "with --fresh-tokens: kubeconfig `file` of a user who may create pods and tokens in --namespace and read the API server's /metrics")
 	fl.IntVar(&f.freshTokens, "fresh-tokens", 0, "before the clock starts, create `N` pods (spec.nodeName set) in --namespace and mint one pod-bound token each (TokenRequest); then send one CSR per token and report the API server's requests during the run (apiserver_request_total by resource)")
-	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	f.output = cli.OutputFlag(fl, cli.OutputTable, cli.OutputJSON)
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines on standard error")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this load tool during the measured runs to `file` (go tool pprof)")
 	return cmd
@@ -159,9 +163,6 @@ type benchBound struct {
 }
 
 func runBenchCA(cmd *cobra.Command, f *benchCAFlags) error {
-	if f.output != "table" && f.output != "json" {
-		return fmt.Errorf("bench ca: -o %q: want table or json", f.output)
-	}
 	kt, err := certs.ParseKeyType(f.keyType)
 	if err != nil {
 		return fmt.Errorf("bench ca: %w", err)
@@ -286,7 +287,7 @@ func runBenchCA(cmd *cobra.Command, f *benchCAFlags) error {
 		}
 	}
 	out := cmd.OutOrStdout()
-	if f.output == "json" {
+	if f.output.Is(cli.OutputJSON) {
 		err = writeJSON(out, benchCAResult{Addr: f.addr, CryptoBound: bound, Runs: reports, APIServerRequests: apiRequests})
 	} else {
 		err = caload.WriteTable(out, reports)

@@ -48,6 +48,6 @@ JWT-SVIDs minted (--ca-metrics) before, right after, and --settle after the atta
 	fl.DurationVar(&cfg.Settle, "settle", 10*time.Second, "wait after the attack before the last sample")
 	fl.IntVar(&cfg.AgentPID, "agent-pid", 0, "the agent's `pid`, for its RSS")
 	fl.StringVar(&cfg.GoroutinesURL, "goroutines-url", "", "a goroutine profile `URL` (…/debug/pprof/goroutine?debug=1) of the agent's process")
-	fl.StringVar(&cfg.CAMetricsURL, "ca-metrics", "", "the CA's /metrics `URL` (meshid_jwtsvid_issued_total)")
+	fl.StringVar(&cfg.CAMetricsURL, "ca-metrics", "", "the CA's /metrics `URL` (meshid_ca_jwtsvid_issued_total)")
 	return cmd
 }

@@ -8,16 +8,18 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshid/meshid/bench/sdsload"
+	"github.com/meshid/meshid/cmd/internal/cli"
 )
 
 type benchSDSFlags struct {
-	socket, agentAdmin, output string
-	resources                  []string
-	streams, perConn, open     int
-	slowest                    int
-	agentPID                   int
-	rotate, quiet, holdGC      bool
-	timeout                    time.Duration
+	socket, agentAdmin     string
+	output                 *cli.Output
+	resources              []string
+	streams, perConn, open int
+	slowest                int
+	agentPID               int
+	rotate, quiet, holdGC  bool
+	timeout                time.Duration
 }
 
 func newBenchSDSCmd() *cobra.Command {
@@ -52,15 +54,12 @@ until every stream holds a new default certificate.`,
 	fl.DurationVar(&f.timeout, "timeout", sdsload.DefaultTimeout, "bound on the wait for the streams, and again for the rotation")
 	fl.IntVar(&f.slowest, "slowest", 5, "list this many slowest streams with where their time went (open, request, first response, rest)")
 	fl.BoolVar(&f.holdGC, "hold-gc", true, "keep this tool's garbage collector off while it measures (1 GiB soft memory limit): its collections would count as agent latency")
-	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	f.output = cli.OutputFlag(fl, cli.OutputTable, cli.OutputJSON)
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines on standard error")
 	return cmd
 }
 
 func runBenchSDS(cmd *cobra.Command, f *benchSDSFlags) error {
-	if f.output != "table" && f.output != "json" {
-		return fmt.Errorf("bench sds: -o %q: want table or json", f.output)
-	}
 	if f.agentPID == os.Getpid() {
 		f.agentPID = 0 // the agent is in this process: its RSS includes the load
 	}
@@ -90,7 +89,7 @@ func runBenchSDS(cmd *cobra.Command, f *benchSDSFlags) error {
 		return fmt.Errorf("bench sds: %w", runErr)
 	}
 	out := cmd.OutOrStdout()
-	if f.output == "json" {
+	if f.output.Is(cli.OutputJSON) {
 		err = writeJSON(out, rep)
 	} else {
 		err = rep.WriteTable(out)

@@ -15,6 +15,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/sds/agent"
 	"github.com/meshid/meshid/testkit"
@@ -48,7 +49,7 @@ func TestBenchCAFlagErrors(t *testing.T) {
 		{"not a dev state dir", []string{"--dev-state-dir", dir}, "is not the state directory of meshid dev"},
 		{"unreadable token", []string{"--token-file", tokenFile, "--ca-root", tokenFile}, "bench ca: " + tokenFile},
 		{"service accounts need dev", []string{"--token-file", tokenFile, "--service-accounts", "3"}, "needs --dev-state-dir"},
-		{"output", []string{"--dev-state-dir", dir, "-o", "yaml"}, "want table or json"},
+		{"output", []string{"--dev-state-dir", dir, "-o", "yaml"}, `invalid argument "yaml" for "-o, --output" flag: unknown output format (want table or json)`},
 		{"key type", []string{"--dev-state-dir", dir, "--key-type", "dsa"}, "unknown key type"},
 		{"sweep", []string{"--dev-state-dir", dir, "--sweep", "1,x"}, "positive integers"},
 		{"sweep zero", []string{"--dev-state-dir", dir, "--sweep", "0"}, "positive integers"},
@@ -60,6 +61,9 @@ func TestBenchCAFlagErrors(t *testing.T) {
 			_, _, err := benchRun(t, append([]string{"ca"}, tt.args...)...)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error = %v, want %q", err, tt.want)
+			}
+			if tt.name == "output" && cli.ExitCode(err) != cli.ExitUsage {
+				t.Errorf("exit status %d for a bad -o, want %d", cli.ExitCode(err), cli.ExitUsage)
 			}
 		})
 	}
@@ -349,7 +353,7 @@ func TestBenchSDSErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"output", []string{"--sds-socket", a.socket, "-o", "yaml"}, "want table or json"},
+		{"output", []string{"--sds-socket", a.socket, "-o", "yaml"}, `invalid argument "yaml" for "-o, --output" flag: unknown output format (want table or json)`},
 		{"streams", []string{"--sds-socket", a.socket, "--streams", "0"}, "must be positive"},
 		{"admin refuses", []string{"--sds-socket", a.socket, "--streams", "2", "--rotate", "--agent-admin", a.admin + "/nope"}, "forcing a rotation"},
 	}
@@ -358,6 +362,9 @@ func TestBenchSDSErrors(t *testing.T) {
 			_, _, err := benchRun(t, append([]string{"sds", "-q"}, tt.args...)...)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error = %v, want %q", err, tt.want)
+			}
+			if tt.name == "output" && cli.ExitCode(err) != cli.ExitUsage {
+				t.Errorf("exit status %d for a bad -o, want %d", cli.ExitCode(err), cli.ExitUsage)
 			}
 		})
 	}

@@ -6,4 +6,4 @@ import (
 	"github.com/meshid/meshid/cmd/internal/cli"
 )
 
-func main() { os.Exit(cli.Execute(newBenchCmd(), os.Stderr, nil)) }
+func main() { os.Exit(cli.Execute(newBenchCmd(), os.Stderr, cli.ExitCode)) }

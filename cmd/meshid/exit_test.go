@@ -26,6 +26,7 @@ func TestUsageExitCode(t *testing.T) {
 		{[]string{"certs", "root", "--out", dir, "--ttl", "soon"}, cli.ExitUsage, "--ttl"},
 		{[]string{"server", "--max-ttl", "x"}, cli.ExitUsage, "--max-ttl"},
 		{[]string{"inspect", "-o", "yaml", dir}, cli.ExitUsage, "unknown output format"},
+		{[]string{"certs", "status", "--admin-socket", dir + "/admin.sock", "-o", "text"}, cli.ExitUsage, `invalid argument "text" for "-o, --output" flag: unknown output format (want table or json)`},
 		{[]string{"inspect", dir + "/nope.pem"}, cli.ExitError, "no such file"},
 		// The load tool is a binary of its own, also for --help.
 		{[]string{"bench", "--help"}, cli.ExitUsage, "the load tool is the binary meshid-bench"},

@@ -28,7 +28,7 @@ type inspectFlags struct {
 	workloadAPI   string
 	resources     []string
 	roots         string
-	output        string
+	output        *cli.Output
 	expiresWithin dayDuration
 	verbose       bool
 	timeout       time.Duration
@@ -78,7 +78,7 @@ Exit status: 0 all valid; 1 an input could not be read; 2 a usage error
 	fl.StringVar(&f.workloadAPI, "workload-api", "", "fetch the X.509-SVIDs, bundles and JWT bundles of the SPIFFE Workload API on this Unix `socket`, as an application would")
 	fl.StringSliceVar(&f.resources, "resource", nil, "SDS resource `name` to fetch (repeatable; default: default,ROOTCA)")
 	fl.StringVar(&f.roots, "roots", "", "verify chains against the trusted roots in this PEM `file`")
-	fl.StringVarP(&f.output, "output", "o", "table", "output format: table, json or pem")
+	f.output = cli.OutputFlag(fl, cli.OutputTable, cli.OutputJSON, cli.OutputPEM)
 	fl.Var(&f.expiresWithin, "expires-within", "exit 3 if anything expires within this `duration` (e.g. 24h, 7d)")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "show every certificate's details under the table")
 	fl.DurationVar(&f.timeout, "timeout", sdsfetch.DefaultTimeout, "how long to wait for the SDS server or the pod's agent")
@@ -92,7 +92,7 @@ Exit status: 0 all valid; 1 an input could not be read; 2 a usage error
 }
 
 func runInspect(cmd *cobra.Command, f *inspectFlags, args []string) error {
-	format, err := inspect.ParseFormat(f.output)
+	format, err := inspect.ParseFormat(f.output.String())
 	if err != nil {
 		return cli.Usage(err)
 	}

@@ -162,7 +162,7 @@ func TestInspectExitCodes(t *testing.T) {
 		{"unknown block", []string{"inspect", unknown}, nil, 1, "", `inspect: ` + unknown + `: unknown PEM block type "X509 CRL"`, true},
 		{"garbage on stdin", []string{"inspect", "-"}, []byte("\x00\x01garbage"), 1, "", "inspect: stdin: not PEM", true},
 		{"missing file", []string{"inspect", filepath.Join(h.dir, "nope.pem")}, nil, 1, "", "nope.pem: no such file or directory", true},
-		{"bad output", []string{"inspect", "-o", "yaml", good}, nil, 2, "", `unknown output format "yaml"`, true},
+		{"bad output", []string{"inspect", "-o", "yaml", good}, nil, 2, "", `invalid argument "yaml" for "-o, --output" flag: unknown output format (want table, json or pem)`, true},
 		{"resource without sds", []string{"inspect", "--resource", "default", good}, nil, 2, "", "--resource needs --sds", true},
 	}
 	for _, tc := range tests {

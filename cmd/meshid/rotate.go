@@ -10,6 +10,7 @@ import (
 	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/rotation"
+	"github.com/meshid/meshid/cmd/internal/cli"
 )
 
 // rotationFlags are the CA rotation flags of `meshid server` (docs/rotation.md).
@@ -34,7 +35,8 @@ func (f *rotationFlags) apply(cfg *caserver.Config) {
 func newRotationCmds() []*cobra.Command {
 	type call func(*admin.Client, context.Context) (admin.Status, error)
 	mk := func(use, short string, c call) *cobra.Command {
-		var socket, output string
+		var socket string
+		var output *cli.Output
 		cmd := &cobra.Command{
 			Use: use, Short: short, Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
@@ -42,11 +44,11 @@ func newRotationCmds() []*cobra.Command {
 				if err != nil {
 					return err
 				}
-				return st.Print(cmd.OutOrStdout(), time.Now(), output == "json")
+				return st.Print(cmd.OutOrStdout(), time.Now(), output.Is(cli.OutputJSON))
 			},
 		}
 		cmd.Flags().StringVar(&socket, "admin-socket", "", "the server's --admin-socket")
-		cmd.Flags().StringVarP(&output, "output", "o", "text", "text | json")
+		output = cli.OutputFlag(cmd.Flags(), cli.OutputTable, cli.OutputJSON)
 		_ = cmd.MarkFlagRequired("admin-socket")
 		return cmd
 	}

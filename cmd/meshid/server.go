@@ -25,6 +25,7 @@ import (
 	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/cmd/internal/cli"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/reachability"
 )
 
@@ -223,7 +224,7 @@ type serverRun func(ctx context.Context, cfg caserver.Config) error
 // runServer builds the CA from cfg and serves until ctx ends.
 func runServer(ctx context.Context, cfg caserver.Config) error {
 	// client-go (informers, leader election) logs through klog.
-	klog.SetSlogLogger(cfg.Logger.With("component", "client-go"))
+	klog.SetSlogLogger(cfg.Logger.With(logs.KeyComponent, "client-go"))
 	cfg.Registerer = prometheus.NewRegistry()
 	if err := caserver.CheckListen(cfg.Listen); err != nil {
 		return err

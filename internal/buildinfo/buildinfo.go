@@ -5,9 +5,17 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// Release is the semantic version of this source tree, kept in the code
+// (git tags may not travel with the repository): CHANGELOG.md has a
+// section for each, naming its commit, and docs/upgrading.md says which
+// releases of the CA and the agent work together. Raise it when a release
+// is cut.
+const Release = "0.1.0"
 
 // Set at link time (Makefile: -ldflags "-X github.com/meshid/meshid/internal/buildinfo.version=...").
 // Empty values fall back to the module's build information.
@@ -19,7 +27,7 @@ var (
 
 // Info is what a binary knows of its own build.
 type Info struct {
-	Version   string // module or -ldflags version; "devel" when unknown
+	Version   string // Release, with the module or -ldflags version as build metadata when it differs (0.1.0+863033d-dirty)
 	Commit    string // VCS revision; "unknown" when not built from git
 	Modified  bool   // the work tree had uncommitted changes
 	GoVersion string // runtime.Version()
@@ -59,9 +67,7 @@ func resolve(bi *debug.BuildInfo, version, commit, date string) Info {
 	if date != "" {
 		in.Date = date
 	}
-	if in.Version == "" {
-		in.Version = "devel"
-	}
+	in.Version = semver(in.Version)
 	if in.Commit == "" {
 		in.Commit = "unknown"
 	}
@@ -69,6 +75,22 @@ func resolve(bi *debug.BuildInfo, version, commit, date string) Info {
 		in.Date = "unknown"
 	}
 	return in
+}
+
+// semver is Release, with build (a module or git describe version) as
+// semver build metadata when it says more than Release.
+func semver(build string) string {
+	build = strings.TrimPrefix(build, "v")
+	if build == "" || build == Release {
+		return Release
+	}
+	meta := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '-' || r == '.' {
+			return r
+		}
+		return '-'
+	}, build)
+	return Release + "+" + meta
 }
 
 // String is the one-line form printed by `version` and `--version`.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/internal/logs"
+	"github.com/meshid/meshid/internal/metric"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -97,7 +98,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	log := logs.OrDiscard(cfg.Logger)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: nil}))
+	// Renamed metrics are served under their old names too, for a release.
+	mux.Handle("/metrics", promhttp.HandlerFor(metric.WithRenames(cfg.Gatherer), promhttp.HandlerOpts{ErrorLog: nil}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
@@ -180,7 +182,7 @@ func (s *Server) Run(ctx context.Context) error {
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := s.http.Shutdown(shutdownCtx); err != nil {
-		s.log.Warn("monitor: shutdown", "err", err)
+		s.log.Warn("monitor: shutdown", logs.KeyError, err)
 	}
 	<-errc
 	return nil

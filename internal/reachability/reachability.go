@@ -106,14 +106,14 @@ func (t *Tracker) Observe(err error) {
 	t.lastErr = err
 	if err == nil {
 		if t.reported {
-			t.log.Info(t.cfg.Name+" answers again", "unreachable_for", now.Sub(t.lastOK).Round(time.Millisecond).String())
+			t.log.Info(t.cfg.Name+" answers again", logs.KeyUnreachableFor, now.Sub(t.lastOK).Round(time.Millisecond).String())
 		}
 		t.lastOK, t.reported = now, false
 		return
 	}
 	if !t.reported && t.unavailableLocked(now) {
 		t.reported = true
-		t.log.Warn(t.cfg.Name+" does not answer: not ready", "grace", t.cfg.Grace.String(), "error", err)
+		t.log.Warn(t.cfg.Name+" does not answer: not ready", logs.KeyGrace, t.cfg.Grace.String(), logs.KeyError, err)
 	}
 }
 

@@ -98,7 +98,7 @@ func (s *Server) Listen() error {
 	}
 	s.ln, s.sock = connlimit.New(ln, connlimit.Config{Max: s.cfg.MaxConnections, Refused: s.refuseConn}), fi
 	close(s.ready)
-	s.log.Info(s.cfg.Label+" socket listening", "path", s.cfg.Path, "mode", fmt.Sprintf("%#o", s.cfg.Mode))
+	s.log.Info(s.cfg.Label+" socket listening", logs.KeyPath, s.cfg.Path, logs.KeyMode, fmt.Sprintf("%#o", s.cfg.Mode))
 	return nil
 }
 
@@ -139,7 +139,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// stream's context. The bound covers the rest.
 	if !clock.Within(s.clock, s.cfg.ShutdownTimeout, s.cfg.Serve.Stop) {
 		Remove(s.cfg.Path, sock)
-		s.log.Error(s.cfg.Label+" server did not stop in time; leaving its handlers behind", "timeout", s.cfg.ShutdownTimeout)
+		s.log.Error(s.cfg.Label+" server did not stop in time; leaving its handlers behind", logs.KeyTimeout, s.cfg.ShutdownTimeout)
 		return fmt.Errorf("%s: shutdown took longer than %s", s.cfg.Name, s.cfg.ShutdownTimeout)
 	}
 	if !serveEnded {
@@ -170,5 +170,5 @@ func (s *Server) refuseConn(string) {
 	n := s.refusedSince
 	s.refusedSince, s.lastWarn = 0, now
 	s.warnMu.Unlock()
-	s.log.Warn(s.cfg.Label+" connections refused: too many open", "max_connections", s.cfg.MaxConnections, "refused", n)
+	s.log.Warn(s.cfg.Label+" connections refused: too many open", logs.KeyMaxConnections, s.cfg.MaxConnections, logs.KeyRefused, n)
 }

@@ -14,6 +14,7 @@ import (
 
 	meshidentity "github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/buildinfo"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/monitor"
 	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/caclient"
@@ -274,7 +275,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// wait for a CSR; failures are retried by the cache's scheduler.
 	g.Go(func() error {
 		if _, err := a.cache.Secret(ctx, secretcache.DefaultName); err != nil && ctx.Err() == nil {
-			a.log.Warn("first certificate not obtained yet; retrying", "err", err)
+			a.log.Warn("first certificate not obtained yet; retrying", logs.KeyError, err)
 		}
 		return nil
 	})

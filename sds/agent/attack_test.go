@@ -94,7 +94,7 @@ func wlCtx(ctx context.Context) context.Context {
 
 func caMints(t *testing.T, w *world) float64 {
 	t.Helper()
-	return testkit.Metric(t, w.caReg, "meshid_jwtsvid_issued_total")
+	return testkit.Metric(t, w.caReg, "meshid_ca_jwtsvid_issued_total")
 }
 
 // spin polls cond until it holds or testkit.Guard passes, and reports

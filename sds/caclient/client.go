@@ -111,7 +111,7 @@ func New(cfg Config) (*Client, error) {
 	creds := credentials.NewTLS(c.tlsConfig(serverName))
 	c.timeout = cmp.Or(c.timeout, DefaultTimeout)
 	c.log = logs.OrDiscard(c.log)
-	c.log = c.log.With("component", "caclient", "ca_addr", cfg.Addr)
+	c.log = c.log.With(logs.KeyComponent, "caclient", logs.KeyCAAddr, cfg.Addr)
 	if cfg.ClusterID != "" {
 		c.meta = &structpb.Struct{Fields: map[string]*structpb.Value{"ClusterID": structpb.NewStringValue(cfg.ClusterID)}}
 	}
@@ -146,7 +146,7 @@ func (c *Client) Sign(ctx context.Context, csr *x509.CertificateRequest, ttl tim
 		c.metrics.duration.Observe(c.clock.Now().Sub(start).Seconds())
 		if err != nil {
 			c.metrics.failure(err)
-			c.log.Debug("CreateCertificate failed", "code", FailureCode(err), "error", err)
+			c.log.Debug("CreateCertificate failed", logs.KeyCode, FailureCode(err), logs.KeyError, err)
 		}
 	}()
 	id, err := csrID(csr)
@@ -175,7 +175,7 @@ func (c *Client) Sign(ctx context.Context, csr *x509.CertificateRequest, ttl tim
 	if err := Verify(chain, roots, csr.PublicKey, id, c.clock.Now()); err != nil {
 		return nil, nil, err
 	}
-	c.log.Debug("certificate issued", "serial", chain[0].SerialNumber.Text(16), "not_after", chain[0].NotAfter.UTC())
+	c.log.Debug("certificate issued", logs.KeySerial, chain[0].SerialNumber.Text(16), logs.KeyNotAfter, chain[0].NotAfter.UTC())
 	return chain, roots, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/meshid/meshid/internal/jwtapi"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // MintJWTSVID asks the CA (meshid.v1.JWTSVIDService) for a JWT-SVID for id
@@ -29,7 +30,7 @@ func (c *Client) MintJWTSVID(ctx context.Context, id spiffeid.ID, audience []str
 	}
 	resp, err := jwtapi.NewClient(c.conn).MintJWTSVID(ctx, &workloadpb.JWTSVIDRequest{Audience: audience, SpiffeId: id.String()})
 	if err != nil {
-		c.log.Debug("MintJWTSVID failed", "code", FailureCode(err), "error", err)
+		c.log.Debug("MintJWTSVID failed", logs.KeyCode, FailureCode(err), logs.KeyError, err)
 		return "", fmt.Errorf("caclient: MintJWTSVID: %w", err)
 	}
 	svids := resp.GetSvids()

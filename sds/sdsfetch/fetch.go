@@ -129,7 +129,7 @@ func Fetch(ctx context.Context, cfg Config) ([]*Secret, error) {
 	}
 	err = g.Wait()
 	if status.Code(err) == codes.Unimplemented {
-		log.Debug("StreamSecrets unimplemented; trying FetchSecrets", "socket", sock)
+		log.Debug("StreamSecrets unimplemented; trying FetchSecrets", logs.KeySocket, sock)
 		out, err = f.fetch(ctx, names)
 	}
 	if err != nil {
@@ -178,7 +178,7 @@ func (f fetcher) stream(ctx context.Context, name string) (*Secret, error) {
 			ack.ErrorDetail = status.New(codes.InvalidArgument, perr.Error()).Proto()
 		}
 		if err := st.Send(ack); err != nil && !errors.Is(err, io.EOF) {
-			f.log.Debug("SDS ACK failed", "resource", name, "error", err)
+			f.log.Debug("SDS ACK failed", logs.KeyResource, name, logs.KeyError, err)
 		}
 		if perr != nil {
 			var re *resourceError
@@ -193,7 +193,7 @@ func (f fetcher) stream(ctx context.Context, name string) (*Secret, error) {
 				return s, nil
 			}
 		}
-		f.log.Debug("SDS response without the resource asked for; waiting", "resource", name)
+		f.log.Debug("SDS response without the resource asked for; waiting", logs.KeyResource, name)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // FederationSource gives the bundles of the trust domains the CA federates
@@ -173,14 +174,14 @@ func (m *Manager) pollFederation(ctx context.Context) bool {
 			}
 			return false
 		}
-		m.log.Warn("federated bundles: the CA's answer failed; keeping the current ones", "error", err)
+		m.log.Warn("federated bundles: the CA's answer failed; keeping the current ones", logs.KeyError, err)
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return f.federating
 	}
 	bundles, jwtTDs, version, err := parseFederated(raw, f.own)
 	if err != nil {
-		m.log.Warn("federated bundles refused; keeping the current ones", "error", err)
+		m.log.Warn("federated bundles refused; keeping the current ones", logs.KeyError, err)
 		return true
 	}
 	f.mu.Lock()
@@ -192,7 +193,7 @@ func (m *Manager) pollFederation(ctx context.Context) bool {
 	federating := f.federating
 	f.mu.Unlock()
 	if changed {
-		m.log.Info("federated bundles updated", "trust_domains", len(bundles), "version", version)
+		m.log.Info("federated bundles updated", logs.KeyTrustDomains, len(bundles), logs.KeyVersion, version)
 		m.rebuildFederated()
 	}
 	m.syncJWTBundle(ctx, jwtTDs, changed)

@@ -15,6 +15,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // fileKey identifies a file secret by its clean paths, so that names that
@@ -160,11 +161,11 @@ func (m *Manager) watchDirLocked(dir string) {
 		if errors.Is(err, fs.ErrNotExist) {
 			level = slog.LevelDebug
 		}
-		m.log.Log(context.Background(), level, "cannot watch directory; changes to its files will not be pushed", "dir", dir, "error", err)
+		m.log.Log(context.Background(), level, "cannot watch directory; changes to its files will not be pushed", logs.KeyDir, dir, logs.KeyError, err)
 		return
 	}
 	m.watched[dir] = true
-	m.log.Debug("watching directory", "dir", dir)
+	m.log.Debug("watching directory", logs.KeyDir, dir)
 }
 
 // fileSecret serves a file-mounted secret. A watched file is loaded once
@@ -242,7 +243,7 @@ func (m *Manager) reload(e *fileEntry, ifEmpty bool) error {
 		return err
 	}
 	if changed {
-		m.log.Info("file secret loaded", "name", s.Name, "version", s.Version, "not_after", s.NotAfter.UTC())
+		m.log.Info("file secret loaded", logs.KeyName, s.Name, logs.KeyVersion, s.Version, logs.KeyNotAfter, s.NotAfter.UTC())
 		for _, n := range names {
 			m.publish(n)
 		}
@@ -312,7 +313,7 @@ func (m *Manager) watchFiles(ctx context.Context, w *fsnotify.Watcher) {
 				return
 			}
 			m.metrics.fileFailures.Inc()
-			m.log.Warn("file watch error", "error", err)
+			m.log.Warn("file watch error", logs.KeyError, err)
 		case ev, ok := <-w.Events:
 			if !ok {
 				return
@@ -331,7 +332,7 @@ func (m *Manager) watchFiles(ctx context.Context, w *fsnotify.Watcher) {
 			for _, e := range entries {
 				if err := m.reload(e, false); err != nil {
 					m.metrics.fileFailures.Inc()
-					m.log.Warn("file secret not reloaded; keeping the last good content", "file", e.pn.certPath, "error", err)
+					m.log.Warn("file secret not reloaded; keeping the last good content", logs.KeyFile, e.pn.certPath, logs.KeyError, err)
 				}
 			}
 		}
@@ -360,6 +361,6 @@ func (m *Manager) stopWatcher(w *fsnotify.Watcher) {
 	clear(m.watched)
 	m.mu.Unlock()
 	if err := w.Close(); err != nil && !errors.Is(err, fsnotify.ErrClosed) {
-		m.log.Debug("closing file watcher", "error", err)
+		m.log.Debug("closing file watcher", logs.KeyError, err)
 	}
 }

@@ -428,14 +428,14 @@ func (c *jwtCache) fetchBundle(ctx context.Context, seen *JWTBundle, force bool)
 		if b, err = parseJWTBundles(raw); err == nil {
 			if cur == nil || cur.Version != b.Version {
 				c.bundle.Store(b)
-				c.log.Info("JWT bundle updated", "version", b.Version)
+				c.log.Info("JWT bundle updated", logs.KeyVersion, b.Version)
 				c.notify(b)
 			}
 			return c.bundle.Load(), nil
 		}
 	}
 	if cur != nil {
-		c.log.Warn("JWT bundle refresh failed; keeping the current one", "error", err)
+		c.log.Warn("JWT bundle refresh failed; keeping the current one", logs.KeyError, err)
 		return cur, nil
 	}
 	return nil, fmt.Errorf("%w: JWT bundle: %w", ErrNotReady, err)

@@ -411,9 +411,9 @@ func (m *Manager) fly(ctx context.Context, f *flight) {
 			m.renewAt = floor
 		}
 		m.log.Info("workload certificate issued",
-			"spiffe_id", m.id.String(), "serial", cert.Chain[0].SerialNumber.Text(16),
-			"not_after", cert.NotAfter.UTC(), "renew_at", m.renewAt.UTC(),
-			"rotation", old != nil, "roots_changed", rootsChanged)
+			logs.KeySPIFFEID, m.id.String(), logs.KeySerial, cert.Chain[0].SerialNumber.Text(16),
+			logs.KeyNotAfter, cert.NotAfter.UTC(), logs.KeyRenewAt, m.renewAt.UTC(),
+			logs.KeyRotation, old != nil, logs.KeyRootsChanged, rootsChanged)
 	}
 	f.secret, f.err = cert, err
 	m.inflight = nil

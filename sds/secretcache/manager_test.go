@@ -241,7 +241,7 @@ func TestInvalidResponsesRejected(t *testing.T) {
 			if !containsFold(err.Error(), tc.want) {
 				t.Errorf("error %q does not mention %q", err, tc.want)
 			}
-			if got := testkit.Metric(t, f.reg, "meshid_agent_ca_failures_total", "code", "invalid_response"); got != 1 {
+			if got := testkit.Metric(t, f.reg, "meshid_agent_rotation_failures_total", "code", "invalid_response"); got != 1 {
 				t.Errorf("invalid_response failures = %v, want 1", got)
 			}
 			if f.m.Ready() == nil {
@@ -279,7 +279,7 @@ func TestCodesPreserved(t *testing.T) {
 	if err := f.m.Rotate(context.Background()); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("Rotate: %v", err)
 	}
-	if got := testkit.Metric(t, f.reg, "meshid_agent_ca_failures_total", "code", "PermissionDenied"); got != 1 {
+	if got := testkit.Metric(t, f.reg, "meshid_agent_rotation_failures_total", "code", "PermissionDenied"); got != 1 {
 		t.Fatalf("PermissionDenied failures = %v, want 1", got)
 	}
 }

@@ -25,8 +25,8 @@ func newMetrics(reg prometheus.Registerer, m *Manager) (*metrics, error) {
 	met := &metrics{
 		rotations: metric.Counter("meshid_agent_rotations_total",
 			"Workload certificates obtained from the CA and installed (the first one and every renewal)."),
-		caFailures: metric.CounterVec("meshid_agent_ca_failures_total",
-			"Failed attempts to obtain a workload certificate, by gRPC code (invalid_response for refused answers).",
+		caFailures: metric.CounterVec("meshid_agent_rotation_failures_total",
+			"Failed rotations: attempts to obtain and install a workload certificate that failed, by gRPC code (invalid_response for refused answers); each failed CA call is also counted by meshid_agent_ca_request_failures_total.",
 			"code"),
 		fileFailures: metric.Counter("meshid_agent_file_secret_failures_total",
 			"File-mounted secrets that could not be (re)loaded or watched; the last good content stays served."),

@@ -159,8 +159,8 @@ func TestCAOutage(t *testing.T) {
 	if f.ca.calls.Load() != calls {
 		t.Fatal("Secret sent a CSR although a valid certificate is cached")
 	}
-	if want := float64(9); testkit.Metric(t, f.reg, "meshid_agent_ca_failures_total", "code", "Unavailable") != want {
-		t.Fatalf("failures_total{Unavailable} = %v, want %v", testkit.Metric(t, f.reg, "meshid_agent_ca_failures_total", "code", "Unavailable"), want)
+	if want := float64(9); testkit.Metric(t, f.reg, "meshid_agent_rotation_failures_total", "code", "Unavailable") != want {
+		t.Fatalf("failures_total{Unavailable} = %v, want %v", testkit.Metric(t, f.reg, "meshid_agent_rotation_failures_total", "code", "Unavailable"), want)
 	}
 	if n := f.logs.CountContaining("CA request failed"); n != 9 {
 		t.Fatalf("%d failure log lines, want 9", n)
@@ -236,7 +236,7 @@ func TestResourceExhaustedBacksOff(t *testing.T) {
 	if d == nil || r == nil || !r.Roots[0].Equal(f.ca.currentRoot()) {
 		t.Fatal("bad first push")
 	}
-	if got := testkit.Metric(t, f.reg, "meshid_agent_ca_failures_total", "code", "ResourceExhausted"); got != 4 {
+	if got := testkit.Metric(t, f.reg, "meshid_agent_rotation_failures_total", "code", "ResourceExhausted"); got != 4 {
 		t.Fatalf("failures{ResourceExhausted} = %v, want 4", got)
 	}
 }

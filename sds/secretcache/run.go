@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // Run watches the mounted files and runs the rotation scheduler until ctx is
@@ -80,7 +81,7 @@ func (m *Manager) runFiles(ctx context.Context) {
 	w, err := m.startWatcher()
 	if err != nil {
 		m.metrics.fileFailures.Inc()
-		m.log.Warn("cannot watch mounted files; changes to them will not be pushed", "error", err)
+		m.log.Warn("cannot watch mounted files; changes to them will not be pushed", logs.KeyError, err)
 		return
 	}
 	m.watchFiles(ctx, w)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/sds/rootfile"
 )
 
@@ -74,7 +75,7 @@ func (m *Manager) refreshRoots(ctx context.Context) {
 func (m *Manager) readRootFile() {
 	roots, err := rootfile.Read(m.rootFile, m.maxRoots)
 	if err != nil {
-		m.log.Warn("cannot re-read the CA roots; keeping the previous ones", "file", m.rootFile, "error", err)
+		m.log.Warn("cannot re-read the CA roots; keeping the previous ones", logs.KeyFile, m.rootFile, logs.KeyError, err)
 		return
 	}
 	m.mu.Lock()
@@ -82,7 +83,7 @@ func (m *Manager) readRootFile() {
 	union, changed := m.setRootsLocked()
 	m.mu.Unlock()
 	if changed {
-		m.log.Info("trust bundle changed", "file", m.rootFile, "roots", len(union))
+		m.log.Info("trust bundle changed", logs.KeyFile, m.rootFile, logs.KeyRoots, len(union))
 		m.rootsChanged(union)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
@@ -117,9 +118,9 @@ func (s *Server) notReady(ctx context.Context, name string, err error) error {
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	if !errors.Is(err, secretcache.ErrNotReady) {
-		s.log.Warn("Workload API: secret unavailable", "name", name, "error", err)
+		s.log.Warn("Workload API: secret unavailable", logs.KeyName, name, logs.KeyError, err)
 	} else {
-		s.log.Debug("Workload API: secret not ready; waiting", "name", name, "error", err)
+		s.log.Debug("Workload API: secret not ready; waiting", logs.KeyName, name, logs.KeyError, err)
 	}
 	return nil
 }
@@ -137,7 +138,7 @@ func (s *Server) svidResponse(ctx context.Context) (*encoded, error) {
 	e, err := encodeSVID(cert, roots)
 	if err != nil {
 		// No key material in the log: the error names what failed.
-		s.log.Error("Workload API: cannot encode the SVID", "error", err)
+		s.log.Error("Workload API: cannot encode the SVID", logs.KeyError, err)
 		return nil, status.Error(codes.Internal, "cannot encode the SVID")
 	}
 	s.x509.svid = e

@@ -13,7 +13,7 @@ import (
 // server-side request forgery (a proxy made to call the socket) is refused.
 const MetadataKey = "workload.spiffe.io"
 
-// Refusal reasons, the reason label of meshid_workloadapi_refused_total.
+// Refusal reasons, the reason label of meshid_agent_workloadapi_refused_total.
 const (
 	reasonMetadata = "metadata"
 	// and unixsock's: streams, calls, connections

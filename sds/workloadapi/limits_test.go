@@ -49,7 +49,7 @@ func TestMetadataRequired(t *testing.T) {
 			t.Errorf("ValidateJWTSVID, header %s: %v, want InvalidArgument", name, err)
 		}
 	}
-	if n := testkit.Metric(t, a.reg, "meshid_workloadapi_refused_total", "reason", "metadata"); n != 18 {
+	if n := testkit.Metric(t, a.reg, "meshid_agent_workloadapi_refused_total", "reason", "metadata"); n != 18 {
 		t.Fatalf("refused_total{metadata} = %v, want 18", n)
 	}
 	if n := a.m.Watchers(secretcache.DefaultName); n != 0 {
@@ -85,15 +85,15 @@ func TestStreamLimit(t *testing.T) {
 			t.Fatalf("stream beyond the cap: %v, want ResourceExhausted", err)
 		}
 	}
-	if n := testkit.Metric(t, a.reg, "meshid_workloadapi_refused_total", "reason", "streams"); n != 100 {
+	if n := testkit.Metric(t, a.reg, "meshid_agent_workloadapi_refused_total", "reason", "streams"); n != 100 {
 		t.Fatalf("refused_total{streams} = %v, want 100", n)
 	}
-	if n := testkit.Metric(t, a.reg, "meshid_workloadapi_streams"); n != 3 {
+	if n := testkit.Metric(t, a.reg, "meshid_agent_workloadapi_streams"); n != 3 {
 		t.Fatalf("streams gauge %v, want 3", n)
 	}
 	cancels[0]()
 	// The slot comes back once the handler has seen the cancellation.
-	waitFor(t, func() bool { return testkit.Metric(t, a.reg, "meshid_workloadapi_streams") == 2 })
+	waitFor(t, func() bool { return testkit.Metric(t, a.reg, "meshid_agent_workloadapi_streams") == 2 })
 	if err := over(); err != nil {
 		t.Fatalf("stream after one ended: %v", err)
 	}
@@ -123,7 +123,7 @@ func TestConnectionLimit(t *testing.T) {
 			t.Fatalf("connection beyond the cap: %v, want Unavailable", err)
 		}
 	}
-	if n := testkit.Metric(t, a.reg, "meshid_workloadapi_refused_total", "reason", "connections"); n < 5 {
+	if n := testkit.Metric(t, a.reg, "meshid_agent_workloadapi_refused_total", "reason", "connections"); n < 5 {
 		t.Fatalf("refused_total{connections} = %v, want at least 5", n)
 	}
 	// The refusals warn once a minute, not once each.
@@ -168,12 +168,12 @@ func TestStreamCyclesDoNotLeak(t *testing.T) {
 	}
 	cycle(0) // the connection and its goroutines exist from here on
 	cycle(1)
-	waitFor(t, func() bool { return testkit.Metric(t, a.reg, "meshid_workloadapi_streams") == 0 })
+	waitFor(t, func() bool { return testkit.Metric(t, a.reg, "meshid_agent_workloadapi_streams") == 0 })
 	base := goleak.IgnoreCurrent()
 	for i := range 1000 {
 		cycle(i)
 	}
-	waitFor(t, func() bool { return testkit.Metric(t, a.reg, "meshid_workloadapi_streams") == 0 })
+	waitFor(t, func() bool { return testkit.Metric(t, a.reg, "meshid_agent_workloadapi_streams") == 0 })
 	if err := goleak.Find(base); err != nil {
 		t.Fatalf("goroutines left after 1,000 stream cycles: %v", err)
 	}
@@ -182,7 +182,7 @@ func TestStreamCyclesDoNotLeak(t *testing.T) {
 			t.Fatalf("%d watchers of %s left", w, n)
 		}
 	}
-	if n := testkit.Metric(t, a.reg, "meshid_workloadapi_pushes_total", "method", "FetchX509SVID"); n != 501 {
+	if n := testkit.Metric(t, a.reg, "meshid_agent_workloadapi_pushes_total", "method", "FetchX509SVID"); n != 501 {
 		t.Fatalf("FetchX509SVID pushes %v, want 501", n)
 	}
 }
@@ -223,7 +223,7 @@ func TestHugeHeadersRefused(t *testing.T) {
 	if err == nil {
 		t.Fatal("a call with 1 MiB of headers was served")
 	}
-	if n := testkit.Metric(t, a.reg, "meshid_workloadapi_pushes_total", "method", "FetchX509SVID"); n != 0 {
+	if n := testkit.Metric(t, a.reg, "meshid_agent_workloadapi_pushes_total", "method", "FetchX509SVID"); n != 0 {
 		t.Fatalf("%v SVIDs sent to the call with huge headers", n)
 	}
 }
@@ -273,7 +273,7 @@ func TestCallLimit(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "too many Workload API calls") {
 		t.Fatalf("a call beyond the cap: %v, want ResourceExhausted", err)
 	}
-	if n := testkit.Metric(t, a.reg, "meshid_workloadapi_refused_total", "reason", "calls"); n != 1 {
+	if n := testkit.Metric(t, a.reg, "meshid_agent_workloadapi_refused_total", "reason", "calls"); n != 1 {
 		t.Fatalf("refused_total{calls} = %v, want 1", n)
 	}
 	if err := firstResponse(ctx, c, 0); err != nil {

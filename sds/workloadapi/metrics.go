@@ -15,15 +15,15 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "meshid_workloadapi_streams",
+			Name: "meshid_agent_workloadapi_streams",
 			Help: "Workload API streams open.",
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshid_workloadapi_refused_total",
+			Name: "meshid_agent_workloadapi_refused_total",
 			Help: "Workload API calls and connections refused, by reason (metadata, streams, calls, connections).",
 		}, []string{"reason"}),
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshid_workloadapi_pushes_total",
+			Name: "meshid_agent_workloadapi_pushes_total",
 			Help: "Workload API responses sent, by method.",
 		}, []string{"method"}),
 	}

@@ -122,7 +122,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		src:      cfg.Source,
-		log:      log.With("component", "workloadapi"),
+		log:      log.With(logs.KeyComponent, "workloadapi"),
 		clock:    clock.OrReal(cfg.Clock),
 		metrics:  m,
 		jwtWarns: logs.NewThrottle(),

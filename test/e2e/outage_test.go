@@ -110,7 +110,7 @@ func waitCounter(t *testing.T, a *agentProc, name string, want float64) {
 // recovers by itself when the CA restarts on the same address.
 func TestCAOutage(t *testing.T) {
 	const (
-		failures  = "meshid_agent_ca_failures_total"
+		failures  = "meshid_agent_rotation_failures_total"
 		rotations = "meshid_agent_rotations_total"
 	)
 	w := newWorld(t, true)

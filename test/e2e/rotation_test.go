@@ -65,7 +65,7 @@ func TestRotationPushedBeforeExpiry(t *testing.T) {
 	if n := counter(t, a.reg, "meshid_agent_rotations_total"); n != 1+rotations {
 		t.Fatalf("meshid_agent_rotations_total = %v, want %d", n, 1+rotations)
 	}
-	if n := counter(t, a.reg, "meshid_agent_ca_failures_total"); n != 0 {
+	if n := counter(t, a.reg, "meshid_agent_rotation_failures_total"); n != 0 {
 		t.Fatalf("%v CA failures while the CA was up", n)
 	}
 }

@@ -206,7 +206,7 @@ func troubleTimeline(t *testing.T) timeline {
 		t.Fatal("an agent without a CA got a certificate")
 	}
 	waitFor(t, "the lost agent's first failure", func() bool {
-		return counter(t, lostReg, "meshid_agent_ca_failures_total", "code", "Unavailable") >= 1
+		return counter(t, lostReg, "meshid_agent_rotation_failures_total", "code", "Unavailable") >= 1
 	})
 	hammer := c.client(t, c.tokenFile(t, "shop", "hammer"))
 	if _, _, err := hammer.Sign(ctx, csr(t, "shop", "hammer"), time.Hour); err != nil {
@@ -254,7 +254,7 @@ func troubleTimeline(t *testing.T) timeline {
 	// The lost agent retries after its backoff, and fails again.
 	clk.Add(time.Minute)
 	waitFor(t, "the lost agent's retry", func() bool {
-		return counter(t, lostReg, "meshid_agent_ca_failures_total", "code", "Unavailable") >= 2
+		return counter(t, lostReg, "meshid_agent_rotation_failures_total", "code", "Unavailable") >= 2
 	})
 	tl.add(start.Add(time.Minute), record(t, c.target, shortT, lostT, upT))
 	return tl

@@ -224,7 +224,7 @@ func ReportTokenReview(reg prometheus.Registerer, log *slog.Logger) error {
 		return fmt.Errorf("boundtoken: register metrics: %w", err)
 	}
 	if log != nil {
-		log.Info("token verification: tokenreview (every token is sent to the API server)", "configured", string(ModeTokenReview))
+		log.Info("token verification: tokenreview (every token is sent to the API server)", logs.KeyConfigured, string(ModeTokenReview))
 	}
 	return nil
 }

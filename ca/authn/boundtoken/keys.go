@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // Where the API server serves its issuer's discovery document. The JWKS
@@ -36,9 +37,9 @@ func (v *Verifier) Refresh(ctx context.Context) error {
 	case old != nil && old.issuer == ks.issuer && bytes.Equal(old.raw, ks.raw):
 		return nil // unchanged: keep the set, and the tokens verified with it
 	case old == nil || old.issuer != ks.issuer:
-		v.log.Info("discovered the cluster's service-account issuer", "issuer", ks.issuer, "keys", len(ks.keys.Keys))
+		v.log.Info("discovered the cluster's service-account issuer", logs.KeyIssuer, ks.issuer, logs.KeyKeys, len(ks.keys.Keys))
 	default:
-		v.log.Info("the cluster's service-account keys changed", "issuer", ks.issuer, "keys", len(ks.keys.Keys))
+		v.log.Info("the cluster's service-account keys changed", logs.KeyIssuer, ks.issuer, logs.KeyKeys, len(ks.keys.Keys))
 	}
 	v.keys.Store(ks)
 	return nil

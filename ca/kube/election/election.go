@@ -117,7 +117,7 @@ func New(cfg Config) (*Elector, error) {
 		cfg:    cfg,
 		clock:  clock.OrReal(cfg.Clock),
 		leases: cfg.Client.CoordinationV1().Leases(cfg.Namespace),
-		log:    log.With("component", "election", "lease", cfg.Namespace+"/"+cfg.LeaseName, "identity", cfg.Identity),
+		log:    log.With(logs.KeyComponent, "election", logs.KeyLease, cfg.Namespace+"/"+cfg.LeaseName, logs.KeyIdentity, cfg.Identity),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: cmp.Or(cfg.LeaderMetric, DefaultLeaderMetric),
 			Help: "1 while this CA replica holds the Lease " + cfg.LeaseName + ", else 0.",
@@ -202,7 +202,7 @@ func (e *Elector) lead(ctx context.Context, renewed time.Time) {
 		}
 		start := e.clock.Now()
 		if !start.Before(deadline) {
-			e.log.Warn("stepping down: the Lease was not renewed within the renew deadline", "deadline", e.cfg.RenewDeadline)
+			e.log.Warn("stepping down: the Lease was not renewed within the renew deadline", logs.KeyDeadline, e.cfg.RenewDeadline)
 			break
 		}
 		if e.try(ctx, deadline.Sub(start)) {
@@ -210,7 +210,7 @@ func (e *Elector) lead(ctx context.Context, renewed time.Time) {
 			continue
 		}
 		if h := e.Leader(); h != e.cfg.Identity {
-			e.log.Warn("stepping down: the Lease has another holder", "holder", h)
+			e.log.Warn("stepping down: the Lease has another holder", logs.KeyHolder, h)
 			break
 		}
 	}

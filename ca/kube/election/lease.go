@@ -9,6 +9,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // observation is what this Elector knows of the Lease: the last version it
@@ -40,7 +42,7 @@ func (e *Elector) observe(l *coordinationv1.Lease, now time.Time) {
 	}
 	e.seen = o
 	if o.holder != prev.holder && o.holder != "" && o.holder != e.cfg.Identity {
-		e.log.Info("observed leader", "leader", o.holder)
+		e.log.Info("observed leader", logs.KeyLeader, o.holder)
 	}
 }
 
@@ -69,7 +71,7 @@ func (e *Elector) try(ctx context.Context, timeout time.Duration) bool {
 		l := e.claim(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.cfg.LeaseName}}, now)
 		got, err := e.leases.Create(ctx, l, metav1.CreateOptions{})
 		if err != nil {
-			e.log.Debug("creating the Lease failed", "err", err)
+			e.log.Debug("creating the Lease failed", logs.KeyError, err)
 			return false
 		}
 		e.observe(got, now)
@@ -92,7 +94,7 @@ func (e *Elector) write(ctx context.Context, l *coordinationv1.Lease, now time.T
 	got, err := e.leases.Update(ctx, l, metav1.UpdateOptions{})
 	if err != nil {
 		if apierrors.IsConflict(err) {
-			e.log.Debug("the Lease changed under this write", "err", err)
+			e.log.Debug("the Lease changed under this write", logs.KeyError, err)
 		} else {
 			e.logFailure(ctx, "writing the Lease failed", err)
 		}
@@ -106,10 +108,10 @@ func (e *Elector) write(ctx context.Context, l *coordinationv1.Lease, now time.T
 // Run's context ended (shutdown), which is no news.
 func (e *Elector) logFailure(ctx context.Context, msg string, err error) {
 	if errors.Is(ctx.Err(), context.Canceled) {
-		e.log.Debug(msg, "err", err)
+		e.log.Debug(msg, logs.KeyError, err)
 		return
 	}
-	e.log.Warn(msg, "err", err)
+	e.log.Warn(msg, logs.KeyError, err)
 }
 
 // claim returns a copy of l held by this Elector, renewed at now. Taking it

@@ -104,14 +104,14 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{
 		cfg:      cfg,
 		clock:    clock.OrReal(cfg.Clock),
-		log:      log.With("component", "jwtsecret", "secret", cfg.Namespace+"/"+cfg.SecretName),
+		log:      log.With(logs.KeyComponent, "jwtsecret", logs.KeySecret, cfg.Namespace+"/"+cfg.SecretName),
 		loadedCh: make(chan struct{}),
 		poke:     make(chan struct{}, 1),
 		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshid_jwt_key_secret_loads_total",
+			Name: "meshid_ca_jwt_key_secret_loads_total",
 			Help: "Versions of the JWT signing key Secret seen, by result (loaded or invalid).",
 		}, []string{"result"}),
-		writes: metric.Counter("meshid_jwt_key_secret_writes_total",
+		writes: metric.Counter("meshid_ca_jwt_key_secret_writes_total",
 			"JWT signing key Secrets created or updated by this replica as the leader."),
 	}
 	// The CA's own Lease (ca/kube) has the default leader gauge; this
@@ -137,7 +137,7 @@ func New(cfg Config) (*Store, error) {
 
 // LeaderMetric is the gauge that is 1 while this replica holds the JWT
 // key Lease (and so writes the key Secret).
-const LeaderMetric = "meshid_jwt_key_leader"
+const LeaderMetric = "meshid_ca_jwt_key_leader"
 
 // Keys returns the last valid Set loaded from the Secret, or ErrNotLoaded.
 // It never rotates: the Issuer picks the key that signs now from the Set.
@@ -211,11 +211,11 @@ func (s *Store) load(obj any) {
 		return // a resync, or the leader's own write seen again
 	}
 	s.lastData = string(data)
-	log := s.log.With("resource_version", sec.ResourceVersion)
+	log := s.log.With(logs.KeyResourceVersion, sec.ResourceVersion)
 	set, err := jwtkeys.Parse(data)
 	if err != nil {
 		s.loads.WithLabelValues("invalid").Inc()
-		log.Error("ignoring an invalid JWT signing key Secret; keeping the keys in use", "error", err)
+		log.Error("ignoring an invalid JWT signing key Secret; keeping the keys in use", logs.KeyError, err)
 		s.wake() // the leader replaces it
 		return
 	}
@@ -223,7 +223,7 @@ func (s *Store) load(obj any) {
 	if s.current.Swap(set) == nil {
 		close(s.loadedCh)
 	}
-	log.Info("loaded the JWT signing keys", "keys", len(set.Keys))
+	log.Info("loaded the JWT signing keys", logs.KeyKeys, len(set.Keys))
 	s.wake()
 }
 
@@ -235,7 +235,7 @@ func (s *Store) lead(ctx context.Context) {
 			if ctx.Err() != nil {
 				return 0 // Loop returns
 			}
-			s.log.Error("cannot write the JWT signing key Secret; retrying", "error", err)
+			s.log.Error("cannot write the JWT signing key Secret; retrying", logs.KeyError, err)
 			wait = s.cfg.RetryInterval
 		}
 		return min(max(wait, time.Second), s.cfg.Resync)
@@ -257,7 +257,7 @@ func (s *Store) reconcile(ctx context.Context) (time.Duration, error) {
 	var cur *jwtkeys.Set
 	if sec != nil {
 		if cur, err = jwtkeys.Parse(sec.Data[DataKey]); err != nil {
-			s.log.Warn("replacing an invalid JWT signing key Secret", "error", err)
+			s.log.Warn("replacing an invalid JWT signing key Secret", logs.KeyError, err)
 			cur = nil
 		}
 	}
@@ -308,6 +308,6 @@ func (s *Store) write(ctx context.Context, sec *corev1.Secret, set *jwtkeys.Set)
 		return fmt.Errorf("jwtsecret: write %s: %w", s.cfg.SecretName, err)
 	}
 	s.writes.Inc()
-	s.log.Info("wrote the JWT signing keys", "keys", len(set.Keys), "identity", s.cfg.Identity)
+	s.log.Info("wrote the JWT signing keys", logs.KeyKeys, len(set.Keys), logs.KeyIdentity, s.cfg.Identity)
 	return nil
 }

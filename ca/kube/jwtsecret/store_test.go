@@ -147,7 +147,7 @@ func TestReplicasSignWithTheSameKeys(t *testing.T) {
 	if l, o := testkit.Metric(t, leader.reg, jwtsecret.LeaderMetric), testkit.Metric(t, other.reg, jwtsecret.LeaderMetric); l != 1 || o != 0 {
 		t.Errorf("%s: leader %v, other %v; want 1 and 0", jwtsecret.LeaderMetric, l, o)
 	}
-	if w := testkit.Metric(t, leader.reg, "meshid_jwt_key_secret_writes_total"); w != 3 {
+	if w := testkit.Metric(t, leader.reg, "meshid_ca_jwt_key_secret_writes_total"); w != 3 {
 		t.Errorf("the leader wrote %v times, want 3 (create, rotate, retire)", w)
 	}
 }
@@ -202,7 +202,7 @@ func TestNonLeaderNeverWritesAndKeepsGoodKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		kubetest.Eventually(t, "the invalid version is seen", func() bool {
-			v, _ := testkit.LookupMetric(t, r.reg, "meshid_jwt_key_secret_loads_total", "result", "invalid")
+			v, _ := testkit.LookupMetric(t, r.reg, "meshid_ca_jwt_key_secret_loads_total", "result", "invalid")
 			return v == float64(n+1)
 		})
 		if got := keyIDs(r); !slices.Equal(got, []string{set.Keys[0].ID, set.Keys[1].ID}) {

@@ -208,12 +208,12 @@ func (c *Controller) IsLeader() bool { return c.elector.IsLeader() }
 
 // lead runs the signer and the trust bundle until leadership ends.
 func (c *Controller) lead(ctx context.Context) {
-	c.log.Info("leading: signing pod certificate requests and publishing the trust bundle", "bundle", c.BundleName())
+	c.log.Info("leading: signing pod certificate requests and publishing the trust bundle", logs.KeyBundle, c.BundleName())
 	var wg sync.WaitGroup
 	wg.Go(func() { c.bundle.run(ctx) })
 	wg.Go(func() {
 		if err := c.sign(ctx); err != nil {
-			c.log.Error("pod certificate signer stopped", "error", err)
+			c.log.Error("pod certificate signer stopped", logs.KeyError, err)
 		}
 	})
 	wg.Wait()

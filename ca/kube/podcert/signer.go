@@ -18,6 +18,7 @@ import (
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/kubeclient"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // run is the leader's signer: its queue, caches and lister.
@@ -78,7 +79,7 @@ func (c *Controller) sign(ctx context.Context) error {
 		c.leading = nil
 		c.mu.Unlock()
 	}()
-	c.log.Info("signing pod certificate requests", "workers", c.cfg.Workers)
+	c.log.Info("signing pod certificate requests", logs.KeyWorkers, c.cfg.Workers)
 	for range c.cfg.Workers {
 		wg.Go(func() {
 			for c.processNext(ctx, r) {
@@ -123,7 +124,7 @@ func (c *Controller) processNext(ctx context.Context, r *run) bool {
 	case ctx.Err() != nil:
 	case retry != "" && (retry == "unavailable" || retry == "conflict" || retry == "api_error" || r.queue.NumRequeues(key) < c.cfg.MaxRetries):
 		c.metrics.retries.WithLabelValues(retry).Inc()
-		c.log.Debug("pod certificate request retried", "request", key, "why", retry, "error", err)
+		c.log.Debug("pod certificate request retried", logs.KeyRequest, key, logs.KeyWhy, retry, logs.KeyError, err)
 		r.queue.AddRateLimited(key)
 	case retry != "":
 		// Out of attempts at a failure that did not pass.
@@ -198,7 +199,7 @@ func (c *Controller) fail(ctx context.Context, r *run, key, reason string, cause
 		msg = cause.Error()
 	}
 	if _, err := c.answer(ctx, pcr, resultFailed, failedStatus(pcr, reason, msg, c.clock.Now()), reason, nil); err != nil {
-		c.log.Warn("cannot mark the pod certificate request Failed", "request", key, "error", err)
+		c.log.Warn("cannot mark the pod certificate request Failed", logs.KeyRequest, key, logs.KeyError, err)
 	}
 }
 
@@ -220,24 +221,24 @@ func (c *Controller) answer(ctx context.Context, pcr *certificatesv1.PodCertific
 	now := c.clock.Now()
 	c.metrics.requests.WithLabelValues(result, reason).Inc()
 	attrs := []slog.Attr{
-		slog.String("request", pcr.Namespace+"/"+pcr.Name),
-		slog.String("namespace", pcr.Namespace),
-		slog.String("pod", pcr.Spec.PodName),
-		slog.String("node", string(pcr.Spec.NodeName)),
-		slog.String("reason", reason),
+		slog.String(logs.KeyRequest, pcr.Namespace+"/"+pcr.Name),
+		slog.String(logs.KeyNamespace, pcr.Namespace),
+		slog.String(logs.KeyPod, pcr.Spec.PodName),
+		slog.String(logs.KeyNode, string(pcr.Spec.NodeName)),
+		slog.String(logs.KeyReason, reason),
 	}
 	if iss != nil {
 		c.metrics.latency.Observe(now.Sub(pcr.CreationTimestamp.Time).Seconds())
 		attrs = append(attrs,
-			slog.String("spiffe_id", iss.Leaf.URIs[0].String()),
-			slog.String("serial", iss.Leaf.SerialNumber.Text(16)),
-			slog.Time("not_after", iss.Leaf.NotAfter))
+			slog.String(logs.KeySPIFFEID, iss.Leaf.URIs[0].String()),
+			slog.String(logs.KeySerial, iss.Leaf.SerialNumber.Text(16)),
+			slog.Time(logs.KeyNotAfter, iss.Leaf.NotAfter))
 		// The audit line is the Authority's ("certificate issued": serial,
 		// identity, not_after, and the request, pod and node as caller).
 		c.log.LogAttrs(ctx, slog.LevelDebug, "pod certificate issued", attrs...)
 		return "", nil
 	}
-	attrs = append(attrs, slog.String("message", status.Conditions[0].Message))
+	attrs = append(attrs, slog.String(logs.KeyMessage, status.Conditions[0].Message))
 	c.log.LogAttrs(ctx, slog.LevelInfo, "pod certificate request "+result, attrs...)
 	return "", nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // trustBundle keeps the signer's ClusterTrustBundle equal to the roots of
@@ -64,7 +65,7 @@ func (t *trustBundle) run(ctx context.Context) {
 		}
 		if err := t.reconcile(ctx, lister, certs.EncodeCertificates(b.Roots...)); err != nil {
 			if ctx.Err() == nil {
-				c.log.Warn("cannot publish the ClusterTrustBundle; retrying", "bundle", t.name, "error", err)
+				c.log.Warn("cannot publish the ClusterTrustBundle; retrying", logs.KeyBundle, t.name, logs.KeyError, err)
 			}
 		}
 		return c.cfg.RootPollInterval
@@ -86,7 +87,7 @@ func (t *trustBundle) reconcile(ctx context.Context, lister certlisters.ClusterT
 			return fmt.Errorf("create: %w", err) // AlreadyExists: the cache is behind
 		}
 		c.metrics.bundle.WithLabelValues("create").Inc()
-		c.log.Info("created the ClusterTrustBundle", "bundle", t.name)
+		c.log.Info("created the ClusterTrustBundle", logs.KeyBundle, t.name)
 		return nil
 	}
 	if err != nil {
@@ -114,6 +115,6 @@ func (t *trustBundle) reconcile(ctx context.Context, lister certlisters.ClusterT
 		return fmt.Errorf("update: %w", err)
 	}
 	c.metrics.bundle.WithLabelValues("update").Inc()
-	c.log.Info("updated the ClusterTrustBundle", "bundle", t.name, "changed", !bytes.Equal([]byte(cur.Spec.TrustBundle), want))
+	c.log.Info("updated the ClusterTrustBundle", logs.KeyBundle, t.name, logs.KeyChanged, !bytes.Equal([]byte(cur.Spec.TrustBundle), want))
 	return nil
 }

@@ -136,7 +136,7 @@ func New(cfg Config) (*Publisher, error) {
 		cfg:      cfg,
 		clock:    clock.OrReal(cfg.Clock),
 		failures: map[string]*failure{},
-		log:      log.With("component", "rootpublisher", "configmap", cfg.ConfigMapName),
+		log:      log.With(logs.KeyComponent, "rootpublisher", logs.KeyConfigmap, cfg.ConfigMapName),
 		writes: metric.CounterVec("meshid_ca_root_configmap_writes_total",
 			"Writes of the root ConfigMap, by operation (create or update).",
 			"op", "create", "update"), // exported as 0 before the first write
@@ -161,7 +161,7 @@ func (p *Publisher) SetRoots(roots []*x509.Certificate) {
 		return
 	}
 	p.rootPEM = pem
-	p.log.Info("root bundle changed", "roots", len(roots))
+	p.log.Info("root bundle changed", logs.KeyRoots, len(roots))
 	if p.run != nil {
 		p.enqueueAllLocked(p.run)
 	}
@@ -176,7 +176,7 @@ func (p *Publisher) desired() []byte {
 func (p *Publisher) enqueueAllLocked(r *run) {
 	nss, err := r.namespaces.List(labels.Everything())
 	if err != nil {
-		p.log.Error("list namespaces from cache", "error", err)
+		p.log.Error("list namespaces from cache", logs.KeyError, err)
 		return
 	}
 	for _, ns := range nss {
@@ -244,8 +244,8 @@ func (p *Publisher) failed(ns string, err error, attempts int) {
 	p.mu.Unlock()
 	p.errs.Inc()
 	if logIt {
-		p.log.Warn("reconcile root ConfigMap; retrying", "namespace", ns, "error", err,
-			"attempts", attempts, "failing_for", failingFor, "unlogged_failures", suppressed)
+		p.log.Warn("reconcile root ConfigMap; retrying", logs.KeyNamespace, ns, logs.KeyError, err,
+			logs.KeyAttempts, attempts, logs.KeyFailingFor, failingFor, logs.KeyUnloggedFailures, suppressed)
 	}
 }
 
@@ -256,7 +256,7 @@ func (p *Publisher) recovered(ns string) {
 	if f, ok := p.failures[ns]; ok {
 		delete(p.failures, ns)
 		p.failing.Set(float64(len(p.failures)))
-		p.log.Info("root ConfigMap reconciled after failures", "namespace", ns, "failed_for", p.clock.Now().Sub(f.since))
+		p.log.Info("root ConfigMap reconciled after failures", logs.KeyNamespace, ns, logs.KeyFailedFor, p.clock.Now().Sub(f.since))
 	}
 }
 
@@ -324,7 +324,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), nsInf.Informer().HasSynced, cmInf.Informer().HasSynced) {
 		return nil // ctx ended
 	}
-	p.log.Info("publishing the root ConfigMap", "namespaces", p.cfg.Namespaces.String())
+	p.log.Info("publishing the root ConfigMap", logs.KeyNamespaces, p.cfg.Namespaces.String())
 
 	var wg sync.WaitGroup
 	for range p.cfg.Workers {
@@ -412,7 +412,7 @@ func (p *Publisher) reconcile(ctx context.Context, r *run, nsName string) error 
 			return fmt.Errorf("create: %w", err)
 		}
 		p.writes.WithLabelValues("create").Inc()
-		p.log.Info("created root ConfigMap", "namespace", nsName)
+		p.log.Info("created root ConfigMap", logs.KeyNamespace, nsName)
 		return nil
 	}
 	if err != nil {
@@ -435,7 +435,7 @@ func (p *Publisher) reconcile(ctx context.Context, r *run, nsName string) error 
 		return fmt.Errorf("update: %w", err)
 	}
 	p.writes.WithLabelValues("update").Inc()
-	p.log.Info("updated root ConfigMap", "namespace", nsName)
+	p.log.Info("updated root ConfigMap", logs.KeyNamespace, nsName)
 	return nil
 }
 

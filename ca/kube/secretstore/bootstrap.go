@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // ManagedByLabel marks the objects meshid writes.
@@ -28,7 +29,7 @@ func (s *Store) Bootstrap(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			s.log.Error("cannot ensure the CA Secret; retrying", "error", err, "retry_in", s.cfg.RetryInterval)
+			s.log.Error("cannot ensure the CA Secret; retrying", logs.KeyError, err, logs.KeyRetryIn, s.cfg.RetryInterval)
 			t := s.clock.NewTimer(s.cfg.RetryInterval)
 			select {
 			case <-ctx.Done():
@@ -76,13 +77,13 @@ func (s *Store) EnsureRoot(ctx context.Context) error {
 	_, err = secrets.Create(ctx, sec, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsAlreadyExists(err):
-		s.log.Info("another replica created the CA Secret first; using it", "secret", s.cfg.SecretName)
+		s.log.Info("another replica created the CA Secret first; using it", logs.KeySecret, s.cfg.SecretName)
 		return nil
 	case err != nil:
 		return fmt.Errorf("secretstore: create Secret %s/%s: %w", s.cfg.Namespace, s.cfg.SecretName, err)
 	}
 	s.creates.Inc()
-	s.log.Info("created self-signed root CA Secret", "secret", s.cfg.SecretName)
+	s.log.Info("created self-signed root CA Secret", logs.KeySecret, s.cfg.SecretName)
 	return nil
 }
 

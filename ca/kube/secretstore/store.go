@@ -108,7 +108,7 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{
 		cfg:      cfg,
 		clock:    clock.OrReal(cfg.Clock),
-		log:      log.With("component", "secretstore", "namespace", cfg.Namespace),
+		log:      log.With(logs.KeyComponent, "secretstore", logs.KeyNamespace, cfg.Namespace),
 		loadedCh: make(chan struct{}),
 		missing:  make(chan struct{}, 1),
 		subs:     map[int]func(*keystore.Bundle){},
@@ -245,7 +245,7 @@ func (s *Store) reconcile() {
 	if sec == nil {
 		if s.lastFP != "" || s.current.Load() == nil {
 			s.log.Warn("no CA Secret exists; waiting for the leader to create one",
-				"secret", s.cfg.SecretName, "plugged_secret", s.cfg.PluggedSecretName)
+				logs.KeySecret, s.cfg.SecretName, logs.KeyPluggedSecret, s.cfg.PluggedSecretName)
 		}
 		s.lastFP = ""
 		select {
@@ -259,12 +259,12 @@ func (s *Store) reconcile() {
 		return // a resync, or content already loaded or rejected
 	}
 	s.lastFP = fp
-	log := s.log.With("secret", sec.Name, "resource_version", sec.ResourceVersion)
+	log := s.log.With(logs.KeySecret, sec.Name, logs.KeyResourceVersion, sec.ResourceVersion)
 	b, err := keystore.LoadFiles(sec.Data, s.clock.Now())
 	if err != nil {
 		s.loads.WithLabelValues(sec.Name, "invalid").Inc()
-		log.Error("ignoring invalid CA Secret; keeping the last good bundle", "error", err,
-			"in_use", s.Source())
+		log.Error("ignoring invalid CA Secret; keeping the last good bundle", logs.KeyError, err,
+			logs.KeyInUse, s.Source())
 		return
 	}
 	s.loads.WithLabelValues(sec.Name, "loaded").Inc()
@@ -272,8 +272,8 @@ func (s *Store) reconcile() {
 	if prev == nil {
 		close(s.loadedCh)
 	}
-	log.Info("loaded CA bundle", "ca_subject", b.Cert.Subject.String(),
-		"ca_not_after", b.Cert.NotAfter, "roots", len(b.Roots))
+	log.Info("loaded CA bundle", logs.KeyCASubject, b.Cert.Subject.String(),
+		logs.KeyCANotAfter, b.Cert.NotAfter, logs.KeyRoots, len(b.Roots))
 	ids := make([]int, 0, len(s.subs))
 	for id := range s.subs {
 		ids = append(ids, id)

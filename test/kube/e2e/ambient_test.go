@@ -237,8 +237,8 @@ func TestAmbient(t *testing.T) {
 			return nil
 		})
 	})
-	if got := testkit.Metric(t, a.reg, "meshid_impersonations_total", "result", nodeauth.ResultNoPodOnNode); got < 2 {
-		t.Errorf("meshid_impersonations_total{result=no_pod_on_node} = %v", got)
+	if got := testkit.Metric(t, a.reg, "meshid_ca_impersonations_total", "result", nodeauth.ResultNoPodOnNode); got < 2 {
+		t.Errorf("meshid_ca_impersonations_total{result=no_pod_on_node} = %v", got)
 	}
 }
 
@@ -303,7 +303,7 @@ func TestAmbientAPIServerDownBeforeSync(t *testing.T) {
 	if status.Code(err) != codes.Unavailable || a.nodeAuth.HasSynced() {
 		t.Fatalf("with the API server down before sync: %v (synced %v), want Unavailable", err, a.nodeAuth.HasSynced())
 	}
-	if got := testkit.Metric(t, a.reg, "meshid_impersonations_total", "result", nodeauth.ResultUnavailable); got != 1 {
+	if got := testkit.Metric(t, a.reg, "meshid_ca_impersonations_total", "result", nodeauth.ResultUnavailable); got != 1 {
 		t.Errorf("unavailable count = %v", got)
 	}
 	if err := cluster.StartAPIServer(ctx); err != nil {

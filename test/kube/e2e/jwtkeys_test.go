@@ -80,7 +80,7 @@ func crossValidates(ctx context.Context, from, to *caServer, token, audience str
 // a JWT-SVID minted by either validates against the bundle served by the
 // other: the replicas share their signing keys through the Secret the
 // leader of the meshid-jwt-keys Lease writes. That leader alone reports
-// meshid_jwt_key_leader 1 and alone wrote the Secret, while each replica
+// meshid_ca_jwt_key_leader 1 and alone wrote the Secret, while each replica
 // also serves meshid_ca_leader for its other elector, the CA's Lease
 // meshid-ca (1 on that Lease's holder only). Then, as an attacker with
 // write access to the Secret, it replaces the keys with a symmetric key: no
@@ -115,7 +115,7 @@ func TestJWTKeysSharedByReplicas(t *testing.T) {
 	})
 
 	// Each Lease has its own leader gauge in the one registry: the holder
-	// of meshid-jwt-keys alone reports meshid_jwt_key_leader 1, the holder
+	// of meshid-jwt-keys alone reports meshid_ca_jwt_key_leader 1, the holder
 	// of meshid-ca alone meshid_ca_leader 1.
 	var jwtLeader string
 	eventually(t, wait, "the JWT key Lease's holder alone reports "+jwtsecret.LeaderMetric+" 1", func(ctx context.Context) error {
@@ -141,7 +141,7 @@ func TestJWTKeysSharedByReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, r := range replicas {
-		v, err := metric(r.monitor, "meshid_jwt_key_secret_writes_total")
+		v, err := metric(r.monitor, "meshid_ca_jwt_key_secret_writes_total")
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -187,7 +187,7 @@ func TestJWTKeysSharedByReplicas(t *testing.T) {
 		t.Errorf("a token issued before the attack: %v", err)
 	}
 	for name, r := range replicas {
-		if v, err := metricValue(r.monitor, "meshid_jwt_key_secret_loads_total", `result="invalid"`); err != nil || v < 1 {
+		if v, err := metricValue(r.monitor, "meshid_ca_jwt_key_secret_loads_total", `result="invalid"`); err != nil || v < 1 {
 			t.Errorf("%s: invalid loads %v (%v), want at least 1", name, v, err)
 		}
 	}

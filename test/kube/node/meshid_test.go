@@ -65,8 +65,10 @@ func installMeshid(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	helm(t, "install", release, filepath.Join(repo, "deploy", "charts", "meshid"),
-		"--namespace", caNS, "--create-namespace", "--set", "caMode=kubeCASecret")
+	installNotes = helm(t, "install", release, filepath.Join(repo, "deploy", "charts", "meshid"),
+		"--namespace", caNS, "--create-namespace", "--set", "caMode=kubeCASecret",
+		"--set", "podCertificates.signerName="+podCertSigner, "--set", "podCertificates.refreshRatio="+podCertRefreshRatio,
+		"--set", "server.apiserverReadinessGrace="+readinessGrace)
 	pods := waitPodsReady(t, caNS, "app.kubernetes.io/name=meshid", 2)
 	for _, p := range pods {
 		if p.Spec.Containers[0].Image != "meshid:latest" {
@@ -76,7 +78,18 @@ func installMeshid(t testing.TB) {
 	meshidInstalled = true
 }
 
-var meshidInstalled bool
+var (
+	meshidInstalled bool
+	// installNotes is what `helm install` printed: the chart's NOTES.
+	installNotes string
+)
+
+// readinessGrace is the chart's server.apiserverReadinessGrace here (the
+// server's default is 30 s): how long the API server may not answer
+// before a CA that does not verify tokens locally leaves its Service;
+// short, so that TestCACutOffFromAPIServer's minute of outage is one of
+// seconds.
+const readinessGrace = "5s"
 
 // TestMeshidChartOnNode: `helm install` of the chart runs two Ready CA
 // replicas on the node, which publish the root ConfigMap into every

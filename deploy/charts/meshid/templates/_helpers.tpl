@@ -84,6 +84,9 @@ as integers (YAML numbers are floats, and 1e+06 is no --max-connections). */}}
 {{- /* Pod certificates (templates/rbac-pod-certificates.yaml). */ -}}
 {{- with .Values.podCertificates.signerName -}}
 {{- $args = append $args (printf "--pod-certificate-signer=%s" .) -}}
+{{- with $.Values.podCertificates.refreshRatio -}}
+{{- $args = append $args (printf "--pod-certificate-refresh-ratio=%v" .) -}}
+{{- end -}}
 {{- end -}}
 {{- range $s.extraArgs -}}
 {{- $args = append $args (toString .) -}}

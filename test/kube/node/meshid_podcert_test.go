@@ -265,7 +265,7 @@ func TestPodCertificateThroughKubelet(t *testing.T) {
 	// 1-2 minute pass later. Wait on the file, with that deadline.
 	refreshAt := pcr.Status.BeginRefreshAt.Time
 	if min := first.svid.Certificates[0].NotBefore.Add(10 * time.Minute); !refreshAt.Equal(min) {
-		t.Errorf("beginRefreshAt %s, want notBefore+10m = %s with refreshRatio %s", refreshAt, min, podCertRefreshRatio)
+		t.Fatalf("beginRefreshAt %s, want notBefore+10m = %s with refreshRatio %s", refreshAt, min, podCertRefreshRatio)
 	}
 	podCertRefreshes.Add(1)
 	defer podCertRefreshes.Done()

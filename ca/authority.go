@@ -178,7 +178,7 @@ func (a *Authority) Sign(ctx context.Context, req Request) (*Issued, error) {
 	}
 	a.metrics.issued.Inc()
 	a.metrics.duration.Observe(a.clock.Now().Sub(start).Seconds())
-	a.audit(ctx, "certificate issued", leaf, req.ID.String(), req.Caller, req.Renewal)
+	a.audit(ctx, "certificate issued", leaf, req.ID.String(), req.Caller, req.Renewal, is.cuts(leaf))
 	return &Issued{Leaf: leaf, Chain: is.chain, Roots: is.roots}, nil
 }
 
@@ -331,13 +331,21 @@ func (a *Authority) IssueServing(pub crypto.PublicKey, dnsNames []string, ips []
 		return nil, Wrap(KindInternal, err, "parsing the serving certificate failed")
 	}
 	a.metrics.issued.Inc()
-	a.audit(context.Background(), "serving certificate issued", leaf, "", "meshid server", nil)
+	a.audit(context.Background(), "serving certificate issued", leaf, "", "meshid server", nil, is.cuts(leaf))
 	return &Issued{Leaf: leaf, Chain: is.chain, Roots: is.roots}, nil
 }
 
+// cuts reports whether leaf ends when is's chain does: its lifetime was
+// cut so that it does not outlive the CA certificate that signed it.
+func (is *issuer) cuts(leaf *x509.Certificate) bool {
+	return !leaf.NotAfter.Before(is.notAfter.Truncate(time.Second))
+}
+
 // audit writes the one log line of an issued certificate.
-// renewal, when set, is the client certificate the caller renewed with.
-func (a *Authority) audit(ctx context.Context, msg string, leaf *x509.Certificate, id, caller string, renewal *x509.Certificate) {
+// renewal, when set, is the client certificate the caller renewed with;
+// cut says that its NotAfter was cut at the CA chain's expiry
+// (not_after_cut=ca_expiry).
+func (a *Authority) audit(ctx context.Context, msg string, leaf *x509.Certificate, id, caller string, renewal *x509.Certificate, cut bool) {
 	if !a.log.Enabled(ctx, slog.LevelInfo) {
 		return // the attributes cost a serial-to-hex conversion and allocations per certificate
 	}
@@ -355,6 +363,9 @@ func (a *Authority) audit(ctx context.Context, msg string, leaf *x509.Certificat
 	)
 	if renewal != nil {
 		r.AddAttrs(slog.String("renewed_serial", renewal.SerialNumber.Text(16)))
+	}
+	if cut {
+		r.AddAttrs(slog.String("not_after_cut", "ca_expiry"))
 	}
 	if len(leaf.DNSNames) > 0 {
 		r.AddAttrs(slog.Any("dns_names", leaf.DNSNames))

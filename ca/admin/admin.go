@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/rotation"
+	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/unixsock"
 )
@@ -42,6 +43,9 @@ type Config struct {
 	// Federation, when set, returns the federated trust domains' state,
 	// added to /v1/status.
 	Federation func() []federation.PeerStatus
+	// Upstream, when set, returns the upstream CA's renewal state (false
+	// without one), added to /v1/status.
+	Upstream func() (upstream.Status, bool)
 	// MaxConnections bounds the connections open at once; 0 takes
 	// DefaultMaxConnections.
 	MaxConnections int
@@ -74,6 +78,11 @@ func New(cfg Config) (*Server, error) {
 		st := StatusOf(r.Status())
 		if cfg.Federation != nil {
 			st.Federation = cfg.Federation()
+		}
+		if cfg.Upstream != nil {
+			if u, ok := cfg.Upstream(); ok {
+				st.Upstream = &u
+			}
 		}
 		return st, nil
 	}))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/rotation"
+	"github.com/meshid/meshid/ca/upstream"
 )
 
 // Status is the JSON form of a rotation.Status (schema stable: fields are
@@ -27,6 +28,9 @@ type Status struct {
 	// Federation is each federated trust domain's bundle state (absent
 	// without --federate-with).
 	Federation []federation.PeerStatus `json:"federation,omitempty"`
+	// Upstream is the upstream CA's renewal of the intermediate (absent
+	// without --upstream).
+	Upstream *upstream.Status `json:"upstream,omitempty"`
 }
 
 // Cert names a certificate.
@@ -124,6 +128,22 @@ func (st Status) Format(w io.Writer, now time.Time) {
 		fmt.Fprintln(w, line)
 	}
 	st.formatFederation(w, in)
+	st.formatUpstream(w, in)
+}
+
+// formatUpstream writes the upstream CA, its intermediate's expiry, the
+// next renewal, and the last error while mints fail.
+func (st Status) formatUpstream(w io.Writer, in func(time.Time) string) {
+	u := st.Upstream
+	if u == nil {
+		return
+	}
+	fmt.Fprintf(w, "upstream:  %s\n", u.Upstream)
+	fmt.Fprintf(w, "  intermediate %s  serial %s  expires %s\n", u.Subject, u.Serial, in(u.NotAfter))
+	fmt.Fprintf(w, "  renewal      %s\n", in(u.RenewAt))
+	if u.Failures > 0 {
+		fmt.Fprintf(w, "  FAILING: %d attempt(s), last %s, next %s: %s\n", u.Failures, in(u.LastFailure), in(u.RetryAt), u.LastError)
+	}
 }
 
 // formatFederation writes each federated trust domain: endpoint, last

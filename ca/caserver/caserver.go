@@ -1,6 +1,7 @@
 package caserver
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -107,7 +109,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	if cfg.AdminSocket != "" {
-		s.admin, err = admin.New(admin.Config{Socket: cfg.AdminSocket, Rotation: s.Rotation, Federation: s.Federation, Logger: cfg.Logger})
+		s.admin, err = admin.New(admin.Config{Socket: cfg.AdminSocket, Rotation: s.Rotation, Federation: s.Federation, Upstream: s.UpstreamStatus, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -132,9 +134,13 @@ func New(cfg Config) (*Server, error) {
 		return s, err
 	}
 	b, err := s.loadBundle()
-	var next *keystore.Bundle // a self-signed root prepared before a restart
-	if err == nil && s.selfSigned() {
-		b, next, err = loadNext(cfg, b)
+	var next *keystore.Bundle // a self-signed root or upstream intermediate prepared before a restart
+	switch {
+	case err != nil:
+	case s.selfSigned():
+		b, next, err = loadNext(cfg, cfg.StateDir, b)
+	case cfg.Upstream.URL != nil:
+		b, next, err = loadNext(cfg, filepath.Join(cfg.StateDir, upstreamDir), b)
 	}
 	if err == nil {
 		err = s.build(b)
@@ -143,7 +149,7 @@ func New(cfg Config) (*Server, error) {
 		s.rotation, err = s.newRotation(context.Background(), b, next)
 	}
 	if err == nil {
-		s.startUpstream(b)
+		s.startUpstream(cmp.Or(next, b))
 		s.caDir, err = s.caDirWatcher()
 	}
 	if err == nil && s.kc != nil && !cfg.DisableRootConfigMap {

@@ -55,11 +55,12 @@ func (s *Server) newRotation(ctx context.Context, b, next *keystore.Bundle) (*ro
 		Registerer:            cfg.Registerer,
 	}
 	if s.selfSigned() {
-		t.stateDir = cfg.StateDir
+		t.stateDir, t.home = cfg.StateDir, cfg.StateDir
 		rcfg.NewRoot = s.newRoot
 	}
 	if cfg.Upstream.URL != nil {
 		t.stateDir = cfg.StateDir // root-cert.pem: the upstream's roots
+		t.home = filepath.Join(cfg.StateDir, upstreamDir)
 	}
 	if kubeState != nil {
 		rcfg.Store = kubeState
@@ -201,11 +202,12 @@ func (s *Server) newRoot() (*keystore.Bundle, error) {
 	return b, nil
 }
 
-// loadNext returns the prepared root kept in <state-dir>/next (nil if
-// none) and current without it among its roots (a copy), so that the root
-// is prepared again rather than taken as trusted already.
-func loadNext(cfg Config, current *keystore.Bundle) (*keystore.Bundle, *keystore.Bundle, error) {
-	dir := filepath.Join(cfg.StateDir, nextDir)
+// loadNext returns the prepared CA kept in home/next (nil if none) and
+// current without it among its roots (a copy), so that a self-signed root
+// is prepared again rather than taken as trusted already. home is the
+// state directory (self-signed) or its upstream/.
+func loadNext(cfg Config, home string, current *keystore.Bundle) (*keystore.Bundle, *keystore.Bundle, error) {
+	dir := filepath.Join(home, nextDir)
 	if _, err := os.Stat(filepath.Join(dir, keystore.CAKeyFile)); errors.Is(err, fs.ErrNotExist) {
 		return current, nil, nil
 	}
@@ -230,7 +232,11 @@ func loadNext(cfg Config, current *keystore.Bundle) (*keystore.Bundle, *keystore
 type rotationTarget struct {
 	authority *ca.Authority
 	stateDir  string
-	log       *slog.Logger
+	// home is the directory of the CA's files, whose next/ holds a
+	// prepared CA until it signs: the state directory for the self-signed
+	// root, its upstream/ for an upstream's intermediate.
+	home string
+	log  *slog.Logger
 	// publish, when set, publishes the trust bundle (the root ConfigMap
 	// of a CA kept in a Kubernetes Secret, which otherwise carries the
 	// Secret's roots only).
@@ -262,7 +268,7 @@ func (t *rotationTarget) SetBundle(b *keystore.Bundle) error {
 // promote moves the prepared root in next/ into the state directory when
 // it is the one that now signs.
 func (t *rotationTarget) promote(signing *x509.Certificate) error {
-	dir := filepath.Join(t.stateDir, nextDir)
+	dir := filepath.Join(t.home, nextDir)
 	data, err := os.ReadFile(filepath.Join(dir, keystore.CACertFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -274,8 +280,11 @@ func (t *rotationTarget) promote(signing *x509.Certificate) error {
 	if err != nil || len(cs) == 0 || !cs[0].Equal(signing) {
 		return nil // not the signing CA (yet)
 	}
-	for _, name := range []string{keystore.CACertFile, keystore.CertChainFile, keystore.CAKeyFile} {
-		if err := os.Rename(filepath.Join(dir, name), filepath.Join(t.stateDir, name)); err != nil {
+	// The key last: a complete set is marked by it. root-cert.pem too
+	// (upstream/ keeps the upstream's roots; the state directory's is
+	// written with the trust bundle right after).
+	for _, name := range []string{keystore.CACertFile, keystore.CertChainFile, keystore.RootCertFile, keystore.CAKeyFile} {
+		if err := os.Rename(filepath.Join(dir, name), filepath.Join(t.home, name)); err != nil {
 			return fmt.Errorf("caserver: activating the new root: %w", err)
 		}
 	}

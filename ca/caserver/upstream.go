@@ -12,13 +12,15 @@ import (
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/ca/upstream/cfssl"
+	"github.com/meshid/meshid/ca/upstream/step"
 	"github.com/meshid/meshid/certs"
 )
 
 // UpstreamConfig has the organisation's CA mint and renew the CA's
 // intermediate (docs/upstream.md). The zero value is no upstream.
 type UpstreamConfig struct {
-	// URL selects the backend (--upstream): cfssl+https://HOST:PORT?profile=NAME&ca=PATH.
+	// URL selects the backend (--upstream): cfssl+https://HOST:PORT?profile=NAME&ca=PATH
+	// or step+https://HOST:PORT?provisioner=NAME&ca=PATH.
 	URL *upstream.URL
 	// CredentialsFile holds the backend's credentials (--upstream-credentials).
 	CredentialsFile string
@@ -49,8 +51,10 @@ func newUpstreamAuthority(u UpstreamConfig) (upstream.Authority, error) {
 	switch u.URL.Scheme {
 	case cfssl.Scheme:
 		return cfssl.New(cfssl.Config{URL: u.URL, CredentialsFile: u.CredentialsFile})
+	case step.Scheme:
+		return step.New(step.Config{URL: u.URL, CredentialsFile: u.CredentialsFile})
 	}
-	return nil, fmt.Errorf("caserver: --upstream: unknown scheme %q (want %s)", u.URL.Scheme, cfssl.Scheme)
+	return nil, fmt.Errorf("caserver: --upstream: unknown scheme %q (want %s or %s)", u.URL.Scheme, cfssl.Scheme, step.Scheme)
 }
 
 // upstreamBundle returns the intermediate the upstream minted: the one
@@ -70,7 +74,7 @@ func (s *Server) upstreamBundle() (*keystore.Bundle, error) {
 		KeyType:     cfg.RootKeyType,
 		Lifetime:    cfg.Upstream.Lifetime,
 		RenewAt:     cfg.Upstream.RenewAt,
-		Save:        func(b *keystore.Bundle) error { return saveUpstream(dir, b) },
+		Save:        func(b *keystore.Bundle) error { return saveUpstream(s.upstreamSaveDir(dir, b), b) },
 		Clock:       cfg.Clock,
 		Logger:      cfg.Logger,
 		Registerer:  cfg.Registerer,
@@ -106,12 +110,33 @@ func (s *Server) upstreamBundle() (*keystore.Bundle, error) {
 	return b, nil
 }
 
-// startUpstream hands the renewer the CA in use and the rotation that
-// takes the next ones; Run then renews.
+// upstreamSaveDir is where b is kept: dir's next/ while the rotation has
+// it prepared (under a new upstream root, it does not sign yet: a restart
+// prepares it again, and the rotation moves it into dir once it signs),
+// else dir.
+func (s *Server) upstreamSaveDir(dir string, b *keystore.Bundle) string {
+	if st := s.rotation.Status(); st.Prepared != nil && st.Prepared.Equal(b.Cert) {
+		return filepath.Join(dir, nextDir)
+	}
+	return dir
+}
+
+// startUpstream hands the renewer the newest CA (the one in use, or the
+// one prepared before a restart) and the rotation that takes the next
+// ones; Run then renews.
 func (s *Server) startUpstream(b *keystore.Bundle) {
 	if s.upstream != nil {
 		s.upstream.Start(b, s.upstreamMinted, s.rotation)
 	}
+}
+
+// UpstreamStatus is the upstream CA's renewal state; false without
+// --upstream (or before the CA started).
+func (s *Server) UpstreamStatus() (upstream.Status, bool) {
+	if s.upstream == nil {
+		return upstream.Status{}, false
+	}
+	return s.upstream.Status()
 }
 
 // saveUpstream writes b into dir as a CA directory (keystore.LoadDir's

@@ -24,11 +24,12 @@ import (
 	"github.com/meshid/meshid/sds/secretcache"
 )
 
-// upstreamWorld is the assembled CA with a real cfssl serve as its
-// upstream, on a fake clock that starts at the real time (cfssl signs on
-// the real clock).
+// upstreamWorld is the assembled CA with a real upstream (cfssl serve or
+// step-ca) whose root is root, on a fake clock that starts at the real
+// time (the upstream signs on the real clock).
 type upstreamWorld struct {
-	up   *testkit.CFSSL
+	up   *testkit.CFSSL // nil with another upstream
+	root *x509.Certificate
 	dir  string
 	td   spiffeid.TrustDomain
 	iss  *devissuer.Issuer
@@ -40,8 +41,19 @@ type upstreamWorld struct {
 
 func newUpstreamWorld(t *testing.T) *upstreamWorld {
 	t.Helper()
+	up := testkit.StartCFSSL(t, 2*time.Hour)
+	w := newUpstreamWorldWith(t, up.Root, "cfssl+https://"+up.Addr+"?profile="+testkit.CFSSLProfileCA+"&ca="+up.TLSCAFile, up.KeyFile, 2*time.Hour)
+	w.up = up
+	return w
+}
+
+// newUpstreamWorldWith assembles the CA with the upstream of rawURL,
+// whose root is root, asking for intermediates of lifetime renewed at a
+// quarter of their life.
+func newUpstreamWorldWith(t *testing.T, root *x509.Certificate, rawURL, credentials string, lifetime time.Duration) *upstreamWorld {
+	t.Helper()
 	w := &upstreamWorld{
-		up:   testkit.StartCFSSL(t, 2*time.Hour),
+		root: root,
 		dir:  t.TempDir(),
 		td:   spiffeid.RequireTrustDomainFromString("example.org"),
 		fake: clock.NewFake(time.Now()),
@@ -52,7 +64,7 @@ func newUpstreamWorld(t *testing.T) *upstreamWorld {
 	if w.iss, err = devissuer.LoadOrCreate(w.dir, "https://meshid.dev.local"); err != nil {
 		t.Fatal(err)
 	}
-	u, err := upstream.ParseURL("cfssl+https://" + w.up.Addr + "?profile=" + testkit.CFSSLProfileCA + "&ca=" + w.up.TLSCAFile)
+	u, err := upstream.ParseURL(rawURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +74,7 @@ func newUpstreamWorld(t *testing.T) *upstreamWorld {
 		JWTIssuer:   w.iss.Issuer(),
 		JWKSFile:    filepath.Join(w.dir, devissuer.JWKSFile),
 		// cfssl's profile gives 2h; renewed at a quarter of the life.
-		Upstream:   caserver.UpstreamConfig{URL: u, CredentialsFile: w.up.KeyFile, Lifetime: 2 * time.Hour, RenewAt: 0.25},
+		Upstream:   caserver.UpstreamConfig{URL: u, CredentialsFile: credentials, Lifetime: lifetime, RenewAt: 0.25},
 		Clock:      w.fake,
 		Logger:     w.logs.Logger(),
 		Registerer: w.reg,
@@ -92,9 +104,9 @@ func (w *upstreamWorld) leaf(t *testing.T, sa string) []*x509.Certificate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := certs.VerifySVID(sec.Chain, w.td, []*x509.Certificate{w.up.Root}, w.fake.Now())
+	id, err := certs.VerifySVID(sec.Chain, w.td, []*x509.Certificate{w.root}, w.fake.Now())
 	if err != nil || id.Path() != "/ns/ns1/sa/"+sa {
-		t.Fatalf("the agent's certificate does not chain to the cfssl root as %s: %v", sa, err)
+		t.Fatalf("the agent's certificate does not chain to the upstream root as %s: %v", sa, err)
 	}
 	return sec.Chain
 }
@@ -115,8 +127,8 @@ func (w *upstreamWorld) sign(t *testing.T, sa string) []*x509.Certificate {
 		t.Fatalf("the CA does not sign: %v", err)
 	}
 	chain := append([]*x509.Certificate{iss.Leaf}, iss.Chain...)
-	if _, err := certs.VerifySVID(chain, w.td, []*x509.Certificate{w.up.Root}, w.fake.Now()); err != nil {
-		t.Fatalf("the leaf does not chain to the cfssl root: %v", err)
+	if _, err := certs.VerifySVID(chain, w.td, []*x509.Certificate{w.root}, w.fake.Now()); err != nil {
+		t.Fatalf("the leaf does not chain to the upstream root: %v", err)
 	}
 	if iss.Leaf.NotAfter.After(iss.Chain[0].NotAfter) {
 		t.Fatalf("the leaf (until %v) outlives its intermediate (until %v)", iss.Leaf.NotAfter, iss.Chain[0].NotAfter)

@@ -424,6 +424,39 @@ func TestEndpointWebCertificateReloads(t *testing.T) {
 	}
 }
 
+// ca-file is read again before every fetch: an https_web endpoint whose
+// root is not in it is refused, and accepted at the next fetch once the
+// file (a mounted ConfigMap key, in a cluster) holds the root, without a
+// restart.
+func TestFederatorReadsCAFileAgain(t *testing.T) {
+	authB := testkit.NewAuthority(t, tdB, nil, nil)
+	data, err := spiffebundle.FromX509Authorities(tdB, authB.Bundle().Roots).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(data) }))
+	t.Cleanup(hs.Close)
+	other, _ := testkit.Root(t, certs.CASpec{Subject: pkix.Name{CommonName: "another root"}, NotBefore: time.Now().Add(-time.Hour), TTL: time.Hour})
+	caFile := writePEM(t, other)
+	f, err := federation.New(federation.Config{TrustDomain: tdA, Clock: clock.NewFake(time.Now()), Peers: []federation.Peer{{
+		TrustDomain: tdB, URL: hs.URL + "/", Profile: federation.ProfileWeb, CAFile: caFile,
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.RefreshOnce(t.Context(), tdB)
+	if b := f.Snapshot().Bundles[tdB]; b != nil {
+		t.Fatal("fetched over https_web with a ca-file that lacks the endpoint's root")
+	}
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hs.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.RefreshOnce(t.Context(), tdB)
+	if b := f.Snapshot().Bundles[tdB]; b == nil || !b.HasX509Authority(authB.Bundle().Roots[0]) {
+		t.Fatalf("ca-file's new root not used: %+v", f.Status())
+	}
+}
+
 // The next refresh is at the bundle's hint, a hint under 5 s counts as
 // 5 s, and a bundle without a hint is refreshed every 5 minutes.
 func TestFederatorRefreshesAtTheHint(t *testing.T) {

@@ -258,6 +258,16 @@ func (f *Federator) refresh(ctx context.Context, ps *peerState) time.Duration {
 	ps.mu.Lock()
 	cur := ps.bundle
 	ps.mu.Unlock()
+	if p.Profile == ProfileWeb && p.CAFile != "" {
+		// ca-file is read again before every fetch, so a file that changes
+		// (a ConfigMap key mounted in the pod) takes effect at the next one;
+		// one that cannot be read keeps the roots read last.
+		if roots, err := webRoots(p.CAFile); err != nil {
+			f.cfg.Logger.Warn("federation ca-file unreadable; keeping the roots read last", "trust_domain", p.TrustDomain.Name(), "error", err)
+		} else {
+			ps.client = newClient(p, f, roots)
+		}
+	}
 	fctx, cancel := context.WithTimeout(ctx, f.cfg.FetchTimeout)
 	b, err := fetch(fctx, ps.client, p, cur, f.cfg.MaxBundleSize)
 	cancel()

@@ -79,6 +79,8 @@ type Renewer struct {
 	target      Target
 	failures    int
 	lastFailure time.Time
+	lastError   string
+	retryAt     time.Time // the next attempt while failing
 	mints       *prometheus.CounterVec
 }
 
@@ -233,7 +235,7 @@ func (r *Renewer) renew(ctx context.Context) error {
 	}
 	now := r.cfg.Clock.Now()
 	r.mu.Lock()
-	r.current, r.since, r.failures = b, now, 0
+	r.current, r.since, r.failures, r.lastError = b, now, 0, ""
 	r.mu.Unlock()
 	r.log.Info("new intermediate minted by the upstream and offered to the rotation",
 		"subject", b.Cert.Subject.String(), "serial", b.Cert.SerialNumber.Text(16),
@@ -243,18 +245,58 @@ func (r *Renewer) renew(ctx context.Context) error {
 
 // failed records a failed renewal and returns the backoff before the next.
 func (r *Renewer) failed(err error) time.Duration {
+	now := r.cfg.Clock.Now()
 	r.mu.Lock()
-	r.failures++
-	r.lastFailure = r.cfg.Clock.Now()
-	n, cur := r.failures, r.current
-	r.mu.Unlock()
+	n, cur := r.failures+1, r.current
 	d := DefaultRetryMin << min(n-1, 16)
 	d = min(d, DefaultRetryMax)
 	d = time.Duration(float64(d) * (0.8 + 0.4*mrand.Float64()))
+	r.failures, r.lastFailure, r.lastError, r.retryAt = n, now, err.Error(), now.Add(d)
+	r.mu.Unlock()
 	r.log.Error("the upstream CA did not renew the intermediate; the current one keeps signing",
 		"error", err, "attempt", n, "retry_in", d.Round(time.Second),
 		"intermediate_not_after", cur.Cert.NotAfter, "remaining", cur.Cert.NotAfter.Sub(r.cfg.Clock.Now()).Round(time.Second))
 	return d
+}
+
+// Status is where the renewal stands, for `meshid certs status`.
+type Status struct {
+	// Upstream is the upstream's URL (it holds no secret).
+	Upstream string `json:"upstream"`
+	// Subject, Serial and NotAfter name the newest intermediate accepted.
+	Subject  string    `json:"subject"`
+	Serial   string    `json:"serial"`
+	NotAfter time.Time `json:"not_after"`
+	// RenewAt is when it is due for renewal.
+	RenewAt time.Time `json:"renew_at"`
+	// RetryAt is the next attempt while mints fail (after a backoff of at
+	// most DefaultRetryMax); zero otherwise.
+	RetryAt time.Time `json:"retry_at,omitzero"`
+	// Failures counts the failed or refused mints since the last one
+	// accepted; LastError is the last one's error (the upstream's answer)
+	// while Failures > 0, at LastFailure.
+	Failures    int       `json:"failures"`
+	LastFailure time.Time `json:"last_failure,omitzero"`
+	LastError   string    `json:"last_error,omitempty"`
+}
+
+// Status returns where the renewal stands; ok is false before Start.
+func (r *Renewer) Status() (Status, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.current
+	if b == nil {
+		return Status{}, false
+	}
+	st := Status{
+		Upstream: r.cfg.Name, Subject: b.Cert.Subject.String(), Serial: b.Cert.SerialNumber.Text(16),
+		NotAfter: b.Cert.NotAfter.UTC(), RenewAt: r.RenewAt(b, r.since).UTC(),
+		Failures: r.failures, LastFailure: r.lastFailure, LastError: r.lastError,
+	}
+	if r.failures > 0 {
+		st.RetryAt = r.retryAt.UTC()
+	}
+	return st, true
 }
 
 // gauges exports the intermediate's remaining life and the last failure.
@@ -267,6 +309,8 @@ type gaugeSet struct{ r *Renewer }
 var (
 	remainingDesc = prometheus.NewDesc("meshid_ca_upstream_intermediate_remaining_seconds",
 		"Seconds left of the intermediate the upstream CA minted last.", nil, nil)
+	lifetimeDesc = prometheus.NewDesc("meshid_ca_upstream_intermediate_lifetime_seconds",
+		"The whole validity of the intermediate the upstream CA minted last (NotAfter - NotBefore): remaining / lifetime is the fraction of its life left.", nil, nil)
 	failureDesc = prometheus.NewDesc("meshid_ca_upstream_last_mint_failure_timestamp_seconds",
 		"When the last mint failed or was refused (0: none since the start).", nil, nil)
 	failuresDesc = prometheus.NewDesc("meshid_ca_upstream_consecutive_failures",
@@ -275,6 +319,7 @@ var (
 
 func (g *gaugeSet) Describe(ch chan<- *prometheus.Desc) {
 	ch <- remainingDesc
+	ch <- lifetimeDesc
 	ch <- failureDesc
 	ch <- failuresDesc
 }
@@ -286,6 +331,7 @@ func (g *gaugeSet) Collect(ch chan<- prometheus.Metric) {
 	r.mu.Unlock()
 	if cur != nil {
 		ch <- prometheus.MustNewConstMetric(remainingDesc, prometheus.GaugeValue, cur.Cert.NotAfter.Sub(r.cfg.Clock.Now()).Seconds())
+		ch <- prometheus.MustNewConstMetric(lifetimeDesc, prometheus.GaugeValue, cur.Cert.NotAfter.Sub(cur.Cert.NotBefore).Seconds())
 	}
 	ts := 0.0
 	if !last.IsZero() {

@@ -8,9 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -59,7 +57,11 @@ func Check(m *Minted, pub crypto.PublicKey, now time.Time, minLife time.Duration
 	if !samePublicKey(c.PublicKey, pub) {
 		return fmt.Errorf("%w: %q is not for the key meshid asked for", ErrRefused, c.Subject)
 	}
-	if _, err := certs.VerifyChain(m.Chain, m.Roots, now); err != nil {
+	chains, err := certs.VerifyChain(m.Chain, m.Roots, now)
+	if err == nil {
+		err = checkPathLen(chains)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: the chain does not verify to the roots returned: %v", ErrRefused, err)
 	}
 	if left := c.NotAfter.Sub(now); left < minLife {
@@ -127,31 +129,14 @@ const MaxCredentialsSize = 4096
 
 // ReadHexKey reads an HMAC key written in hex (cfssl's auth_keys format)
 // from path: a regular file (a symbolic link is followed, as in a mounted
-// Secret) that neither group nor others may read or write, at most
+// Secret) that others may not access and the group may at most read (a
+// Secret volume is made group-readable for the pod's fsGroup), at most
 // MaxCredentialsSize bytes, of at least minBytes once decoded. Errors name
 // the file, never its contents.
 func ReadHexKey(path string, minBytes int) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := ReadSecretFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("upstream credentials: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("upstream credentials: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("upstream credentials: %s is not a regular file", path)
-	}
-	if perm := st.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("upstream credentials: %s: mode %#o lets group or others access it; want 0600 or 0400", path, perm)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxCredentialsSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("upstream credentials: %w", err)
-	}
-	if len(data) > MaxCredentialsSize {
-		return nil, fmt.Errorf("upstream credentials: %s: more than %d bytes", path, MaxCredentialsSize)
+		return nil, err
 	}
 	key, err := hex.DecodeString(strings.TrimSpace(string(data)))
 	if err != nil {

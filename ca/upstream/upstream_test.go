@@ -35,12 +35,15 @@ func TestReadHexKey(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, data string, perm os.FileMode) string {
 		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(data), perm); err != nil {
+		if err := os.WriteFile(p, []byte(data), perm); err != nil || os.Chmod(p, perm) != nil { // Chmod: past the umask
 			t.Fatal(err)
 		}
 		return p
 	}
 	good := strings.Repeat("0a", 16)
+	if k, err := upstream.ReadHexKey(write("secretvol", good, 0o440), 16); err != nil || len(k) != 16 {
+		t.Fatalf("a Secret volume's 0440 file: %v", err)
+	}
 	if k, err := upstream.ReadHexKey(write("good", good+"\n", 0o600), 16); err != nil || len(k) != 16 {
 		t.Fatalf("%d bytes, %v", len(k), err)
 	}
@@ -55,7 +58,8 @@ func TestReadHexKey(t *testing.T) {
 	for name, tc := range map[string]struct {
 		path, want string
 	}{
-		"readable by others": {write("loose", good, 0o644), "mode"},
+		"readable by others": {write("loose", good, 0o604), "mode"},
+		"group may write":    {write("groupw", good, 0o660), "mode"},
 		"not hex":            {write("nothex", secret, 0o600), "not a key in hex"},
 		"short":              {write("short", "0a0b", 0o600), "at least 16"},
 		"huge":               {write("huge", strings.Repeat("0", upstream.MaxCredentialsSize+2), 0o600), "more than"},

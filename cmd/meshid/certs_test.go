@@ -286,7 +286,7 @@ func TestCertsMakefile(t *testing.T) {
 // holds CA keys and is ignored by git, at the top and under certs/.
 func TestCertsWorkDirIgnored(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("no git")
+		testkit.SkipOrFail(t, "no git")
 	}
 	for _, p := range []string{"work/root-key.pem", "certs/work/west/ca-key.pem"} {
 		cmd := exec.Command("git", "check-ignore", "-q", "--no-index", p)

@@ -35,6 +35,11 @@ type Workload struct {
 // OnlyOn reports whether w's bundle is exactly root and its leaf chains to
 // it.
 func (w Workload) OnlyOn(root *x509.Certificate) bool {
+	return w.OnlyOnAt(root, time.Now())
+}
+
+// OnlyOnAt is OnlyOn with the leaf verified at now (a fake clock's time).
+func (w Workload) OnlyOnAt(root *x509.Certificate, now time.Time) bool {
 	if w.SVID == nil || w.Bundle == nil {
 		return false
 	}
@@ -43,7 +48,7 @@ func (w Workload) OnlyOn(root *x509.Certificate) bool {
 		return false
 	}
 	only := x509bundle.FromX509Authorities(w.ID.TrustDomain(), []*x509.Certificate{root})
-	_, _, err := x509svid.Verify(w.SVID.Certificates, only)
+	_, _, err := x509svid.Verify(w.SVID.Certificates, only, x509svid.WithTime(now))
 	return err == nil
 }
 
@@ -171,6 +176,20 @@ func (p *SDSProxy) Workload() Workload {
 // saw.
 func Handshake(t testing.TB, server, client Workload, serverAllows, clientAllows spiffeid.ID) (serverErr, clientErr error, sawClient, sawServer spiffeid.ID) {
 	t.Helper()
+	return HandshakeAt(t, nil, server, client, serverAllows, clientAllows)
+}
+
+// HandshakeAt is Handshake with both sides verifying the peer's SVID at
+// now() (a fake clock's time) instead of the real time; nil now is the
+// real time, with go-spiffe's tlsconfig as is.
+func HandshakeAt(t testing.TB, now func() time.Time, server, client Workload, serverAllows, clientAllows spiffeid.ID) (serverErr, clientErr error, sawClient, sawServer spiffeid.ID) {
+	t.Helper()
+	serverConf := tlsconfig.MTLSServerConfig(server.SVID, server.Bundle, tlsconfig.AuthorizeID(serverAllows))
+	clientConf := tlsconfig.MTLSClientConfig(client.SVID, client.Bundle, tlsconfig.AuthorizeID(clientAllows))
+	if now != nil {
+		serverConf.VerifyPeerCertificate = verifyAt(now, server.Bundle, serverAllows)
+		clientConf.VerifyPeerCertificate = verifyAt(now, client.Bundle, clientAllows)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +210,7 @@ func Handshake(t testing.TB, server, client Workload, serverAllows, clientAllows
 			return
 		}
 		defer conn.Close()
-		tc := tls.Server(conn, tlsconfig.MTLSServerConfig(server.SVID, server.Bundle, tlsconfig.AuthorizeID(serverAllows)))
+		tc := tls.Server(conn, serverConf)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			srvDone <- side{err: err}
 			return
@@ -211,7 +230,7 @@ func Handshake(t testing.TB, server, client Workload, serverAllows, clientAllows
 	}()
 
 	clientErr, sawServer = func() (error, spiffeid.ID) {
-		d := tls.Dialer{Config: tlsconfig.MTLSClientConfig(client.SVID, client.Bundle, tlsconfig.AuthorizeID(clientAllows))}
+		d := tls.Dialer{Config: clientConf}
 		conn, err := d.DialContext(ctx, "tcp", ln.Addr().String())
 		if err != nil {
 			return err, spiffeid.ID{}
@@ -244,13 +263,38 @@ func Handshake(t testing.TB, server, client Workload, serverAllows, clientAllows
 	return s.err, clientErr, s.id, sawServer
 }
 
+// verifyAt is go-spiffe's peer verification (the SVID chains to the
+// bundle, its ID is allowed) at now().
+func verifyAt(now func() time.Time, b *x509bundle.Bundle, allowed spiffeid.ID) func([][]byte, [][]*x509.Certificate) error {
+	return func(raw [][]byte, _ [][]*x509.Certificate) error {
+		chain := make([]*x509.Certificate, 0, len(raw))
+		for _, r := range raw {
+			c, err := x509.ParseCertificate(r)
+			if err != nil {
+				return err
+			}
+			chain = append(chain, c)
+		}
+		id, _, err := x509svid.Verify(chain, b, x509svid.WithTime(now()))
+		if err != nil {
+			return err
+		}
+		if id != allowed {
+			return fmt.Errorf("peer %s, want %s", id, allowed)
+		}
+		return nil
+	}
+}
+
 // Handshakes makes handshakes between two followed proxies, the client
 // authorizing the server's ID and the server the client's, and counts them
 // with the first failure.
 type Handshakes struct {
 	Server, Client *SDSProxy
-	N, Failed      int
-	First          string // the first failure, with the note given with it
+	// Now, when set, is the time both sides verify at (HandshakeAt).
+	Now       func() time.Time
+	N, Failed int
+	First     string // the first failure, with the note given with it
 }
 
 // Try fails t if either SDS stream ended, then makes one handshake and
@@ -262,7 +306,7 @@ func (h *Handshakes) Try(t testing.TB, note string) {
 			t.Fatalf("%s: SDS stream ended: %v", p.ID(), err)
 		}
 	}
-	sErr, cErr, _, _ := Handshake(t, h.Server.Workload(), h.Client.Workload(), h.Client.ID(), h.Server.ID())
+	sErr, cErr, _, _ := HandshakeAt(t, h.Now, h.Server.Workload(), h.Client.Workload(), h.Client.ID(), h.Server.ID())
 	h.N++
 	if sErr != nil || cErr != nil {
 		h.Failed++
@@ -273,9 +317,13 @@ func (h *Handshakes) Try(t testing.TB, note string) {
 }
 
 // OnlyOn reports whether both proxies hold only root, with leaves that
-// chain to it.
+// chain to it (at h.Now when set).
 func (h *Handshakes) OnlyOn(root *x509.Certificate) bool {
-	return h.Client.Workload().OnlyOn(root) && h.Server.Workload().OnlyOn(root)
+	now := time.Now()
+	if h.Now != nil {
+		now = h.Now()
+	}
+	return h.Client.Workload().OnlyOnAt(root, now) && h.Server.Workload().OnlyOnAt(root, now)
 }
 
 // String sums the handshakes up.

@@ -38,9 +38,10 @@ func (c *Client) SetRoots(roots []*x509.Certificate) {
 // ServerName, but against the pool current at each handshake: tls.Config
 // cannot swap RootCAs once grpc holds it. InsecureSkipVerify only turns off
 // the built-in check that VerifyConnection replaces; VerifyConnection runs
-// on every handshake, resumed ones included.
+// on every handshake, resumed ones included. It verifies at the Client's
+// clock's time, as Verify does the CA's answers.
 func (c *Client) tlsConfig(serverName string) *tls.Config {
-	roots := c.roots
+	roots, clk := c.roots, c.clock
 	return &tls.Config{
 		ServerName:         serverName,
 		MinVersion:         tls.VersionTLS12,
@@ -56,6 +57,7 @@ func (c *Client) tlsConfig(serverName string) *tls.Config {
 			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
 				Roots:         roots.p.Load(),
 				Intermediates: inter,
+				CurrentTime:   clk.Now(),
 				DNSName:       serverName,
 				KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 			})

@@ -21,7 +21,9 @@ import (
 
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/ca/federation"
+	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/testkit"
 )
 
 // rulesFile is the alerts file users load (the chart ships the same file).
@@ -110,6 +112,12 @@ func TestAlerts(t *testing.T) {
 			"MeshidAgentCertExpiringSoon":   {"short-0"},
 			"MeshidCAUnreachableFromAgents": {"lost-0"},
 			"MeshidFederatedBundleStale":    {"meshid-0"},
+			// The test upstream's root lives 48h.
+			"MeshidRootExpiringSoon": {"upstream-0"},
+			// Not meshid-0, which has no upstream; upstream-0's
+			// intermediate (2h) is not MeshidCACertExpiringSoon's.
+			"MeshidUpstreamIntermediateExpiring": {"upstream-0"},
+			"MeshidUpstreamMintFailing":          {"upstream-0"},
 		}},
 	}
 	fired := map[string]bool{}
@@ -209,9 +217,11 @@ func troubleTimeline(t *testing.T) timeline {
 		t.Fatalf("bad token: %v, want Unauthenticated", err)
 	}
 
+	upT := upstreamDown(t)
+
 	var tl timeline
 	start := time.Now()
-	tl.add(start, record(t, c.target, shortT, lostT))
+	tl.add(start, record(t, c.target, shortT, lostT, upT))
 
 	// Two scrapes a minute apart in a 5m window: rate() is about
 	// increase/200s, so a storm of more than 1/s needs over 200 in between.
@@ -246,8 +256,31 @@ func troubleTimeline(t *testing.T) timeline {
 	waitFor(t, "the lost agent's retry", func() bool {
 		return counter(t, lostReg, "meshid_agent_ca_failures_total", "code", "Unavailable") >= 2
 	})
-	tl.add(start.Add(time.Minute), record(t, c.target, shortT, lostT))
+	tl.add(start.Add(time.Minute), record(t, c.target, shortT, lostT, upT))
 	return tl
+}
+
+// upstreamDown is a CA (pod upstream-0) whose intermediate a real cfssl
+// serve minted for 2h, renewed at half; cfssl is then stopped and the
+// CA's clock moved to 80% of the life: every renewal since failed.
+func upstreamDown(t *testing.T) target {
+	t.Helper()
+	cf := testkit.StartCFSSL(t, 2*time.Hour)
+	u, err := upstream.ParseURL("cfssl+https://" + cf.Addr + "?profile=" + testkit.CFSSLProfileCA + "&ca=" + cf.TLSCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(time.Now())
+	c := startCA(t, "upstream-0", caserver.Config{Clock: clk,
+		Upstream: caserver.UpstreamConfig{URL: u, CredentialsFile: cf.KeyFile, Lifetime: 2 * time.Hour}})
+	cf.Stop()
+	in := c.srv.Authority().Bundle().Cert
+	clk.Set(in.NotBefore.Add(in.NotAfter.Sub(in.NotBefore) * 8 / 10))
+	waitFor(t, "the upstream CA's failed renewal", func() bool {
+		st, _ := c.srv.UpstreamStatus()
+		return st.Failures > 0
+	})
+	return c.target
 }
 
 func writeFile(t *testing.T, content string) string {

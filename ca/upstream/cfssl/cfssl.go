@@ -1,15 +1,12 @@
 package cfssl
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"time"
 
 	"github.com/cloudflare/cfssl/api/client"
@@ -27,10 +24,6 @@ const (
 	// MinKeyBytes is the shortest HMAC key accepted (cfssl's own
 	// examples use 16 bytes).
 	MinKeyBytes = 16
-	// MaxPEMFile bounds the ca= and roots= files.
-	MaxPEMFile = 64 << 10
-	// MaxCerts bounds the certificates of an answer or a file.
-	MaxCerts = 16
 	// DefaultTimeout bounds one request to cfssl.
 	DefaultTimeout = 30 * time.Second
 )
@@ -90,7 +83,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if p := u.Query.Get("ca"); p != "" {
-		cas, err := readPEMCerts(p)
+		cas, err := upstream.ReadPEMCerts(p)
 		if err != nil {
 			return nil, fmt.Errorf("cfssl: ca=%s: %w", p, err)
 		}
@@ -100,7 +93,7 @@ func New(cfg Config) (*Client, error) {
 		}
 	}
 	if p := u.Query.Get("roots"); p != "" {
-		if c.roots, err = readPEMCerts(p); err != nil {
+		if c.roots, err = upstream.ReadPEMCerts(p); err != nil {
 			return nil, fmt.Errorf("cfssl: roots=%s: %w", p, err)
 		}
 	}
@@ -135,7 +128,7 @@ func (c *Client) MintX509CA(ctx context.Context, csr []byte, _ time.Duration) (*
 	if err != nil {
 		return nil, fmt.Errorf("cfssl authsign (profile %q): %w", c.profile, err)
 	}
-	chain, err := parseCerts(signed)
+	chain, err := upstream.ParseCerts(signed)
 	if err != nil {
 		return nil, fmt.Errorf("cfssl authsign: %w", err)
 	}
@@ -150,13 +143,13 @@ func (c *Client) MintX509CA(ctx context.Context, csr []byte, _ time.Duration) (*
 	if err != nil {
 		return nil, fmt.Errorf("cfssl info (profile %q): %w", c.profile, err)
 	}
-	issuer, err := parseCerts(issuerPEM)
+	issuer, err := upstream.ParseCerts(issuerPEM)
 	if err != nil {
 		return nil, fmt.Errorf("cfssl info: %w", err)
 	}
 	m := &upstream.Minted{Chain: chain[:1], Roots: c.roots}
 	for _, is := range issuer {
-		if selfSigned(is) {
+		if upstream.SelfSigned(is) {
 			if c.roots == nil {
 				m.Roots = append(m.Roots, is)
 			}
@@ -194,35 +187,4 @@ func call(ctx context.Context, f func() ([]byte, error)) ([]byte, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-}
-
-func parseCerts(data []byte) ([]*x509.Certificate, error) {
-	if len(data) > MaxPEMFile {
-		return nil, fmt.Errorf("answer of %d bytes, more than %d", len(data), MaxPEMFile)
-	}
-	cs, err := certs.ParseCertificates(data)
-	if err != nil {
-		return nil, err
-	}
-	if len(cs) == 0 || len(cs) > MaxCerts {
-		return nil, fmt.Errorf("%d certificates, want 1 to %d", len(cs), MaxCerts)
-	}
-	return cs, nil
-}
-
-func readPEMCerts(path string) ([]*x509.Certificate, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxPEMFile+1))
-	if err != nil {
-		return nil, err
-	}
-	return parseCerts(data)
-}
-
-func selfSigned(c *x509.Certificate) bool {
-	return bytes.Equal(c.RawIssuer, c.RawSubject) && c.CheckSignatureFrom(c) == nil
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -405,6 +406,48 @@ func TestTemplateProbes(t *testing.T) {
 			t.Errorf("%s: readiness probe %+v, want /readyz", name, rp)
 		case lp == nil || lp.HTTPGet == nil || lp.HTTPGet.Path != "/healthz":
 			t.Errorf("%s: liveness probe %+v, want /healthz", name, lp)
+		}
+	}
+}
+
+// TestTemplateUpstream: caMode upstream passes --upstream and
+// --upstream-credentials from the Secret it mounts (0440, the fsGroup's),
+// mounts no cacerts, and refuses to render without the URL or the Secret.
+func TestTemplateUpstream(t *testing.T) {
+	const url = "cfssl+https://cfssl.corp.example:8888?profile=meshid-intermediate&ca=/etc/meshid/upstream/tls-ca.pem"
+	r := render(t, "meshid", "istio-system", "caMode=upstream", "upstream.url="+strings.ReplaceAll(url, ",", `\,`),
+		"upstream.secretName=meshid-upstream", "upstream.lifetime=72h", "upstream.renewAt=0.25")
+	d := deployment(t, r, "istio-system", "meshid")
+	c := d.Spec.Template.Spec.Containers[0]
+	for _, arg := range []string{"--upstream=" + url, "--upstream-credentials=/etc/meshid/upstream/auth-key",
+		"--upstream-lifetime=72h", "--upstream-renew-at=0.25"} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("args %q lack %s", c.Args, arg)
+		}
+	}
+	if slices.Contains(c.Args, "--ca-dir=/etc/cacerts") || slices.Contains(c.Args, "--kube-ca-secret") {
+		t.Errorf("upstream mode with another CA source: %q", c.Args)
+	}
+	var vol *corev1.Volume
+	for i, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == "upstream" {
+			vol = &d.Spec.Template.Spec.Volumes[i]
+		}
+		if v.Name == "cacerts" {
+			t.Error("upstream mode mounts cacerts")
+		}
+	}
+	if vol == nil || vol.Secret == nil || vol.Secret.SecretName != "meshid-upstream" || vol.Secret.DefaultMode == nil || *vol.Secret.DefaultMode != 0o440 {
+		t.Fatalf("upstream Secret volume %+v", vol)
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "upstream" && m.MountPath == "/etc/meshid/upstream" && m.ReadOnly
+	}) {
+		t.Errorf("mounts %+v", c.VolumeMounts)
+	}
+	for _, set := range [][]string{{"caMode=upstream"}, {"caMode=upstream", "upstream.url=" + url}, {"caMode=upstream", "upstream.secretName=s"}} {
+		if _, err := renderErr(t, "meshid", "istio-system", set...); err == nil || !strings.Contains(err.Error(), "caMode upstream needs") {
+			t.Errorf("%v: %v", set, err)
 		}
 	}
 }

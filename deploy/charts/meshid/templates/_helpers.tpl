@@ -35,6 +35,12 @@ as integers (YAML numbers are floats, and 1e+06 is no --max-connections). */}}
 {{- $args := list "server" (printf "--listen=0.0.0.0:%v" .Values.ports.grpc) (printf "--monitoring-listen=0.0.0.0:%v" .Values.ports.monitoring) -}}
 {{- if eq .Values.caMode "cacerts" -}}
 {{- $args = append $args "--ca-dir=/etc/cacerts" -}}
+{{- else if eq .Values.caMode "upstream" -}}
+{{- $u := .Values.upstream -}}
+{{- $args = append $args (printf "--upstream=%s" $u.url) -}}
+{{- $args = append $args (printf "--upstream-credentials=/etc/meshid/upstream/%s" $u.credentialsKey) -}}
+{{- with $u.lifetime }}{{ $args = append $args (printf "--upstream-lifetime=%v" .) }}{{ end -}}
+{{- with $u.renewAt }}{{ $args = append $args (printf "--upstream-renew-at=%v" .) }}{{ end -}}
 {{- else -}}
 {{- $args = append $args "--kube-ca-secret" -}}
 {{- end -}}
@@ -88,6 +94,26 @@ as integers (YAML numbers are floats, and 1e+06 is no --max-connections). */}}
 {{- $args = append $args (printf "--pod-certificate-refresh-ratio=%v" .) -}}
 {{- end -}}
 {{- end -}}
+{{- /* SPIFFE federation (values federation.*; files under /etc/meshid/federation). */ -}}
+{{- $be := .Values.federation.bundleEndpoint -}}
+{{- if $be.enabled -}}
+{{- $args = append $args (printf "--bundle-endpoint-listen=0.0.0.0:%v" $be.port) -}}
+{{- $args = append $args (printf "--bundle-endpoint-profile=%s" $be.profile) -}}
+{{- if eq $be.profile "https_web" -}}
+{{- $args = concat $args (list "--bundle-endpoint-cert=/etc/meshid/bundle-endpoint/tls.crt" "--bundle-endpoint-key=/etc/meshid/bundle-endpoint/tls.key") -}}
+{{- end -}}
+{{- with $be.refreshHint -}}
+{{- $args = append $args (printf "--bundle-endpoint-refresh-hint=%s" .) -}}
+{{- end -}}
+{{- end -}}
+{{- range $i, $p := .Values.federation.federateWith -}}
+{{- $opts := list (printf "%s=%s" $p.trustDomain $p.url) -}}
+{{- with $p.profile -}}{{- $opts = append $opts (printf "profile=%s" .) -}}{{- end -}}
+{{- with $p.endpointID -}}{{- $opts = append $opts (printf "endpoint-id=%s" .) -}}{{- end -}}
+{{- if $p.bundleConfigMap -}}{{- $opts = append $opts (printf "bundle=/etc/meshid/federation/%d/bundle/%s" $i ($p.bundleConfigMap.key | default "bundle")) -}}{{- end -}}
+{{- if $p.caConfigMap -}}{{- $opts = append $opts (printf "ca-file=/etc/meshid/federation/%d/ca/%s" $i ($p.caConfigMap.key | default "ca.crt")) -}}{{- end -}}
+{{- $args = append $args (printf "--federate-with=%s" (join "," $opts)) -}}
+{{- end -}}
 {{- range $s.extraArgs -}}
 {{- $args = append $args (toString .) -}}
 {{- end -}}
@@ -95,13 +121,31 @@ as integers (YAML numbers are floats, and 1e+06 is no --max-connections). */}}
 {{- end -}}
 
 {{- define "meshid.validate" -}}
-{{- if not (has .Values.caMode (list "cacerts" "kubeCASecret")) -}}
-{{- fail (printf "caMode must be cacerts or kubeCASecret, not %q" .Values.caMode) -}}
+{{- if not (has .Values.caMode (list "cacerts" "kubeCASecret" "upstream")) -}}
+{{- fail (printf "caMode must be cacerts, kubeCASecret or upstream, not %q" .Values.caMode) -}}
+{{- end -}}
+{{- if and (eq .Values.caMode "upstream") (or (not .Values.upstream.url) (not .Values.upstream.secretName) (not .Values.upstream.credentialsKey)) -}}
+{{- fail "caMode upstream needs upstream.url, upstream.secretName and upstream.credentialsKey" -}}
 {{- end -}}
 {{- if not (has .Values.server.tokenVerification (list "auto" "local" "tokenreview")) -}}
 {{- fail (printf "server.tokenVerification must be auto, local or tokenreview, not %q" .Values.server.tokenVerification) -}}
 {{- end -}}
 {{- if lt (int .Values.replicaCount) 1 -}}
 {{- fail "replicaCount must be at least 1" -}}
+{{- end -}}
+{{- $be := .Values.federation.bundleEndpoint -}}
+{{- if not (has $be.profile (list "https_spiffe" "https_web")) -}}
+{{- fail (printf "federation.bundleEndpoint.profile must be https_spiffe or https_web, not %q" $be.profile) -}}
+{{- end -}}
+{{- if and $be.enabled (eq $be.profile "https_web") (not $be.certSecret) -}}
+{{- fail "federation.bundleEndpoint.certSecret is required with the https_web profile" -}}
+{{- end -}}
+{{- range .Values.federation.federateWith -}}
+{{- if or (not .trustDomain) (not .url) -}}
+{{- fail (printf "federation.federateWith: every entry needs trustDomain and url (%v)" .) -}}
+{{- end -}}
+{{- if and (ne (.profile | default "https_spiffe") "https_web") (not .endpointID) -}}
+{{- fail (printf "federation.federateWith %s: endpointID is required with the https_spiffe profile" .trustDomain) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}

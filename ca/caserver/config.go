@@ -147,6 +147,10 @@ type Config struct {
 	// (ca/kube/podcert, docs/pod-certificates.md). Empty is off. It needs
 	// a client from Kubeconfig or the in-cluster config.
 	PodCertificateSigner string
+	// PodCertificateRefresh places a pod certificate's
+	// status.beginRefreshAt at this fraction of its lifetime (podcert's
+	// GraceRatio); 0 = podcert.DefaultGraceRatio, as the agent renews.
+	PodCertificateRefresh float64
 	// KubeCASecret keeps the CA in a Secret of Namespace, elects a leader
 	// and publishes the root ConfigMap (ca/kube); it needs a client.
 	KubeCASecret bool

@@ -31,6 +31,7 @@ func (s *Server) podCertificates() (*podcert.Controller, error) {
 		Roots:       authoritySigner{s},
 		DefaultTTL:  cfg.DefaultTTL,
 		MaxTTL:      cfg.MaxTTL,
+		GraceRatio:  cfg.PodCertificateRefresh,
 		Clock:       cfg.Clock,
 		Logger:      cfg.Logger,
 		Registerer:  cfg.Registerer,

@@ -163,3 +163,22 @@ func TestServerPodCertificateSigner(t *testing.T) {
 		}
 	}
 }
+
+// TestServerPodCertificateRefreshRatio: --pod-certificate-refresh-ratio
+// reaches the CA's Config (default the agent's renewal point, 0.5); a
+// ratio outside (0,1) is a usage error naming the flag.
+func TestServerPodCertificateRefreshRatio(t *testing.T) {
+	clearServerEnv(t)
+	if c := serverConfigOf(t); c.PodCertificateRefresh != 0.5 {
+		t.Fatalf("default refresh ratio %v, want 0.5", c.PodCertificateRefresh)
+	}
+	if c := serverConfigOf(t, "--pod-certificate-refresh-ratio", "0.01"); c.PodCertificateRefresh != 0.01 {
+		t.Fatalf("refresh ratio %v", c.PodCertificateRefresh)
+	}
+	for _, bad := range []string{"0", "1", "-0.5", "1.5", "NaN", "Inf"} {
+		_, _, err := configsOf(t, "server", "--pod-certificate-refresh-ratio", bad)
+		if err == nil || !strings.Contains(err.Error(), "--pod-certificate-refresh-ratio") {
+			t.Errorf("--pod-certificate-refresh-ratio %q: %v", bad, err)
+		}
+	}
+}

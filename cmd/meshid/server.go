@@ -50,6 +50,7 @@ type serverFlags struct {
 	pprof            bool
 	kubeCASecret     bool
 	podCertSigner    string
+	podCertRefresh   float64
 	namespace        string
 	podName          string
 
@@ -96,6 +97,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiles at /debug/pprof/ on --monitoring-listen (performance work; keep that listener private)")
 	fs.BoolVar(&f.kubeCASecret, "kube-ca-secret", false, "keep the CA in the Secret meshid-ca (or Istio's cacerts) of --namespace, elect a leader with a Lease, and publish the istio-ca-root-cert ConfigMap to every namespace (needs a Kubernetes client)")
 	fs.StringVar(&f.podCertSigner, "pod-certificate-signer", "", "sign Kubernetes PodCertificateRequests of this signer name (e.g. meshid.io/workload) and publish the roots as its ClusterTrustBundle; empty = off (docs/pod-certificates.md; needs a Kubernetes client)")
+	fs.Float64Var(&f.podCertRefresh, "pod-certificate-refresh-ratio", podcert.DefaultGraceRatio, "with --pod-certificate-signer, the fraction of a pod certificate's lifetime at which the kubelet is told to refresh it (status.beginRefreshAt, ±1%), in (0,1); kept inside the API server's bounds, at least 10 minutes after notBefore and before notAfter")
 	fs.StringVar(&f.namespace, "namespace", caserver.DefaultNamespace, "the CA's own namespace (env POD_NAMESPACE)")
 	fs.StringVar(&f.podName, "pod-name", "", "this replica's identity for leader election (env POD_NAME; default the hostname and a random suffix)")
 	f.registerHardening(fs)
@@ -143,25 +145,26 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 		return caserver.Config{}, fmt.Errorf("--root-key-type: %w", err)
 	}
 	cfg := caserver.Config{
-		Listen:               f.listen,
-		TrustDomain:          td,
-		CADir:                f.caDir,
-		StateDir:             f.stateDir,
-		RootKeyType:          keyType,
-		DefaultTTL:           f.defaultTTL,
-		MaxTTL:               f.maxTTL,
-		ServingDNS:           f.servingDNS,
-		RateLimit:            f.rateLimit,
-		Kubeconfig:           f.kubeconfig,
-		KubeCASecret:         f.kubeCASecret,
-		PodCertificateSigner: f.podCertSigner,
-		Namespace:            f.namespace,
-		PodName:              f.podName,
-		TokenAudiences:       f.tokenAudiences,
-		JWTIssuer:            f.jwtIssuer,
-		JWKSFile:             f.jwksFile,
-		MonitoringListen:     f.monitoringListen,
-		Pprof:                f.pprof,
+		Listen:                f.listen,
+		TrustDomain:           td,
+		CADir:                 f.caDir,
+		StateDir:              f.stateDir,
+		RootKeyType:           keyType,
+		DefaultTTL:            f.defaultTTL,
+		MaxTTL:                f.maxTTL,
+		ServingDNS:            f.servingDNS,
+		RateLimit:             f.rateLimit,
+		Kubeconfig:            f.kubeconfig,
+		KubeCASecret:          f.kubeCASecret,
+		PodCertificateSigner:  f.podCertSigner,
+		PodCertificateRefresh: f.podCertRefresh,
+		Namespace:             f.namespace,
+		PodName:               f.podName,
+		TokenAudiences:        f.tokenAudiences,
+		JWTIssuer:             f.jwtIssuer,
+		JWKSFile:              f.jwksFile,
+		MonitoringListen:      f.monitoringListen,
+		Pprof:                 f.pprof,
 
 		CapTTLToToken:        f.capTTLToToken,
 		MaxTokenLifetime:     f.maxTokenLifetime,
@@ -196,6 +199,9 @@ func (f *serverFlags) applyParsed(cfg *caserver.Config) (err error) {
 		if err := podcert.ValidateSignerName(cfg.PodCertificateSigner); err != nil {
 			return fmt.Errorf("--pod-certificate-signer: %w", err)
 		}
+	}
+	if r := cfg.PodCertificateRefresh; !(r > 0 && r < 1) {
+		return fmt.Errorf("--pod-certificate-refresh-ratio %v is not in (0,1)", r)
 	}
 	if cfg.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
 		return fmt.Errorf("--root-configmap-namespaces: %w", err)

@@ -37,8 +37,13 @@ func TestTemplatePodCertificates(t *testing.T) {
 	}
 
 	on := render(t, "meshid", ns, "podCertificates.signerName=meshid.io/workload")
-	if args := deployment(t, on, ns, "meshid").Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--pod-certificate-signer=meshid.io/workload") {
-		t.Errorf("args %q lack --pod-certificate-signer", args)
+	if args := deployment(t, on, ns, "meshid").Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--pod-certificate-signer=meshid.io/workload") ||
+		slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--pod-certificate-refresh-ratio") }) {
+		t.Errorf("args %q lack --pod-certificate-signer or set a refresh ratio unasked", args)
+	}
+	ratio := render(t, "meshid", ns, "podCertificates.signerName=meshid.io/workload", "podCertificates.refreshRatio=0.05")
+	if args := deployment(t, ratio, ns, "meshid").Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--pod-certificate-refresh-ratio=0.05") {
+		t.Errorf("args %q lack --pod-certificate-refresh-ratio=0.05", args)
 	}
 	repo, err := harness.RepoRoot()
 	if err != nil {

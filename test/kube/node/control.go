@@ -1,9 +1,15 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/meshid/meshid/test/kube/harness"
 )
@@ -94,6 +100,9 @@ func (n *Node) stopControlPlane() error {
 	return errors.Join(errs...)
 }
 
+// ProxyLog is the end of kube-proxy's log.
+func (n *Node) ProxyLog() string { return n.proxy.Tail(4000) }
+
 // Logs are the ends of every process's log, for failure output.
 func (n *Node) Logs() string {
 	var s string
@@ -106,4 +115,33 @@ func (n *Node) Logs() string {
 		}
 	}
 	return s
+}
+
+// WaitServiceRouted waits until kube-proxy routes the Service at
+// clusterIP:port to an endpoint: its nat rule jumping to the Service's
+// chain (KUBE-SVC-…) is in KUBE-SERVICES. A connection opened before that
+// is not translated, and stays so for its conntrack entry's life: its SYN
+// retries go nowhere and it times out, even once the rule exists.
+func (n *Node) WaitServiceRouted(ctx context.Context, clusterIP string, port int32) error {
+	want := fmt.Sprintf("-d %s/32 -p tcp", clusterIP)
+	dport := fmt.Sprintf("--dport %d", port)
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		out, err := exec.CommandContext(ctx, "iptables", "-t", "nat", "-S", "KUBE-SERVICES").Output()
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, want) && strings.Contains(line, dport) && strings.Contains(line, "-j KUBE-SVC-") {
+				return true, nil
+			}
+		}
+		last = string(out)
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("node: kube-proxy does not route %s:%d: %w\n%s\nkube-proxy:\n%s", clusterIP, port, err, last, n.ProxyLog())
+	}
+	return nil
 }

@@ -106,3 +106,9 @@ func writeKubeconfig(path string, cfg *rest.Config) error {
 	}
 	return nil
 }
+
+// ProjectedVolumeDir is where the kubelet writes the projected volume
+// name of the pod with uid: the files its containers see, bind-mounted.
+func (n *Node) ProjectedVolumeDir(uid, name string) string {
+	return filepath.Join(n.path("kubelet"), "pods", uid, "volumes", "kubernetes.io~projected", name)
+}

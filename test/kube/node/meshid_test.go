@@ -65,8 +65,10 @@ func installMeshid(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	helm(t, "install", release, filepath.Join(repo, "deploy", "charts", "meshid"),
-		"--namespace", caNS, "--create-namespace", "--set", "caMode=kubeCASecret")
+	installNotes = helm(t, "install", release, filepath.Join(repo, "deploy", "charts", "meshid"),
+		"--namespace", caNS, "--create-namespace", "--set", "caMode=kubeCASecret",
+		"--set", "podCertificates.signerName="+podCertSigner, "--set", "podCertificates.refreshRatio="+podCertRefreshRatio,
+		"--set", "server.apiserverReadinessGrace="+readinessGrace)
 	pods := waitPodsReady(t, caNS, "app.kubernetes.io/name=meshid", 2)
 	for _, p := range pods {
 		if p.Spec.Containers[0].Image != "meshid:latest" {
@@ -76,7 +78,18 @@ func installMeshid(t testing.TB) {
 	meshidInstalled = true
 }
 
-var meshidInstalled bool
+var (
+	meshidInstalled bool
+	// installNotes is what `helm install` printed: the chart's NOTES.
+	installNotes string
+)
+
+// readinessGrace is the chart's server.apiserverReadinessGrace here (the
+// server's default is 30 s): how long the API server may not answer
+// before a CA that does not verify tokens locally leaves its Service;
+// short, so that TestCACutOffFromAPIServer's minute of outage is one of
+// seconds.
+const readinessGrace = "5s"
 
 // TestMeshidChartOnNode: `helm install` of the chart runs two Ready CA
 // replicas on the node, which publish the root ConfigMap into every
@@ -117,6 +130,54 @@ func TestMeshidChartOnNode(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("no istio-ca-root-cert in %v", missing)
+	}
+}
+
+// TestChartHealthyOnNode: the installed CA runs clean: no log line of a
+// CA replica says "forbidden" (the chart grants what the server's
+// defaults need, local token verification and the pod certificate signer
+// included), and no probe of a CA pod failed once it was Ready, nor any
+// readiness or liveness probe met a closed port (the startup probe holds
+// them back while the CA starts).
+func TestChartHealthyOnNode(t *testing.T) {
+	need(t)
+	installMeshid(t)
+	ctx := context.Background()
+	c := cluster.Client()
+	logs := caLogs(t)
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(strings.ToLower(line), "forbidden") {
+			t.Errorf("a CA log line says forbidden: %s", line)
+		}
+	}
+	pods, err := c.CoreV1().Pods(caNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=meshid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readySince := map[string]time.Time{}
+	for _, p := range pods.Items {
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				readySince[p.Name] = cond.LastTransitionTime.Time
+			}
+		}
+	}
+	events, err := c.CoreV1().Events(caNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Pod,reason=Unhealthy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		since, ok := readySince[e.InvolvedObject.Name]
+		last := e.LastTimestamp.Time
+		if last.IsZero() {
+			last = e.EventTime.Time
+		}
+		switch {
+		case ok && last.After(since):
+			t.Errorf("CA pod %s Ready since %s, then Unhealthy at %s (x%d): %s", e.InvolvedObject.Name, since.Format(time.TimeOnly), last.Format(time.TimeOnly), e.Count, e.Message)
+		case !strings.HasPrefix(e.Message, "Startup probe failed") && strings.Contains(e.Message, "connection refused"):
+			t.Errorf("CA pod %s: a probe met a closed port: %s", e.InvolvedObject.Name, e.Message)
+		}
 	}
 }
 

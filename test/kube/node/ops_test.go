@@ -50,6 +50,12 @@ func newPair(t *testing.T, ns string) pair {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The client dials once kube-proxy routes the Service to the server:
+	// a dial before that is never translated (see WaitServiceRouted).
+	waitPodsReady(t, ns, "app=server", 1)
+	if err := nd.WaitServiceRouted(ctx, svc.Spec.ClusterIP, 8443); err != nil {
+		t.Fatal(err)
+	}
 	addr := fmt.Sprintf("%s:8443", svc.Spec.ClusterIP)
 	if _, err := c.CoreV1().Pods(ns).Create(ctx, sidecarPod(t, ns, "client", "client", nil, "dial", addr, p.serverID), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -97,7 +103,7 @@ func (p pair) waitMoreHandshakes(t *testing.T, from, n int) int {
 		return ok >= from+n || failed > 0, nil
 	})
 	if failed > 0 || len(failures) > 0 {
-		t.Fatalf("%d failed handshakes: %v", failed, failures)
+		t.Fatalf("%d failed handshakes: %v\n%s\nkube-proxy:\n%s", failed, failures, netDiag(), nd.ProxyLog())
 	}
 	if err != nil {
 		t.Fatalf("the client's handshakes stalled at %d (wanted %d more than %d; last log error: %v)", ok, n, from, lastErr)

@@ -90,6 +90,9 @@ as integers (YAML numbers are floats, and 1e+06 is no --max-connections). */}}
 {{- /* Pod certificates (templates/rbac-pod-certificates.yaml). */ -}}
 {{- with .Values.podCertificates.signerName -}}
 {{- $args = append $args (printf "--pod-certificate-signer=%s" .) -}}
+{{- with $.Values.podCertificates.refreshRatio -}}
+{{- $args = append $args (printf "--pod-certificate-refresh-ratio=%v" .) -}}
+{{- end -}}
 {{- end -}}
 {{- /* SPIFFE federation (values federation.*; files under /etc/meshid/federation). */ -}}
 {{- $be := .Values.federation.bundleEndpoint -}}

@@ -3,12 +3,17 @@
 // until it answers (https with the pod's service-account token and
 // cluster CA, as an in-cluster client does) and prints one line per URL,
 // "ok URL STATUS BODY", then sleeps, so that the test reads the result in
-// the pod's log through the API server and the kubelet.
+// the pod's log through the API server and the kubelet; `probe watch
+// FILE` reads the PEM file FILE every second and prints, each time the
+// first certificate in it changes, "cert serial=HEX uri=URI" (a pod
+// certificate's leaf as the container sees it; never the key).
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,7 +28,7 @@ const saDir = "/var/run/secrets/kubernetes.io/serviceaccount/"
 
 func main() {
 	if len(os.Args) < 3 {
-		fmt.Fprintln(os.Stderr, "usage: probe serve ADDR | probe get URL...")
+		fmt.Fprintln(os.Stderr, "usage: probe serve ADDR | probe get URL... | probe watch FILE")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -41,8 +46,39 @@ func main() {
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
 		<-ch
+	case "watch":
+		watch(os.Args[2])
 	default:
 		os.Exit(2)
+	}
+}
+
+// watch prints the first certificate of file at once and then each time
+// it changes.
+func watch(file string) {
+	var last []byte
+	for tick := time.Tick(time.Second); ; <-tick {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			fmt.Printf("watch %s: %v\n", file, err)
+			continue
+		}
+		for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
+			if block.Type != "CERTIFICATE" {
+				continue
+			}
+			if !bytes.Equal(block.Bytes, last) {
+				last = block.Bytes
+				if cert, err := x509.ParseCertificate(block.Bytes); err != nil {
+					fmt.Printf("watch %s: %v\n", file, err)
+				} else if len(cert.URIs) > 0 {
+					fmt.Printf("cert serial=%x uri=%s\n", cert.SerialNumber, cert.URIs[0])
+				} else {
+					fmt.Printf("cert serial=%x uri=none\n", cert.SerialNumber)
+				}
+			}
+			break
+		}
 	}
 }
 

@@ -16,9 +16,9 @@ import (
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/metricsref"
-	"github.com/meshid/meshid/internal/testkit"
 	"github.com/meshid/meshid/sds/agent"
 	"github.com/meshid/meshid/sds/secretcache"
+	"github.com/meshid/meshid/testkit"
 )
 
 // recorder is a registry that records the name of every metric registered

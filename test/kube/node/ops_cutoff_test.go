@@ -26,8 +26,7 @@ import (
 // auto) notice (their probe of the API server fails for the chart's
 // apiserverReadinessGrace, 5 s here instead of the server's 30 s: the
 // outage lasts seconds, not a minute) and stay Ready, since they still
-// authenticate callers: a workload pod started during the outage gets its
-// identity. A replica that starts during the outage cannot authenticate
+// authenticate the callers their informers know. A replica that starts during the outage cannot authenticate
 // anyone: its /readyz says so, and the Service's endpoints hold it
 // not ready until the rule is removed; then it returns. No handshake
 // fails.
@@ -45,14 +44,11 @@ func TestCACutOffFromAPIServer(t *testing.T) {
 	for _, pod := range old {
 		waitLogMatch(t, caNS, pod.Name, "meshid", "the Kubernetes API server does not answer: not ready")
 	}
-	// ... and they still sign: a workload started now gets its identity.
-	if _, err := c.CoreV1().ServiceAccounts("cutoff").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "late"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.CoreV1().Pods("cutoff").Create(ctx, sidecarPod(t, "cutoff", "late", "late", nil, "serve", ":8443"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitLogMatch(t, "cutoff", "late", "workload", "workloadapi spiffe://cluster.local/ns/cutoff/sa/late")
+	// They stay Ready and keep signing for the pods they know: the pair's
+	// handshakes go on (checked below). A pod created during the outage is
+	// not asserted here: its token is bound to a pod the CA's informer has
+	// not seen, which only TokenReview can judge, and the API server is
+	// out of reach (the CA answers Unavailable and the agent retries).
 
 	// A replica that starts now: not ready, for the reason, and not
 	// ready in the Service's endpoints.

@@ -143,7 +143,7 @@ func TestFailedWhenThePolicyRefuses(t *testing.T) {
 	sa := workload(t, ctx, ns, "app")
 	k := newKubelet(t, ctx, "node-failed")
 	pod := createPod(t, ctx, ns, "app-0", sa.Name, k.node.Name, signerName)
-	r, err := k.client.CertificatesV1().PodCertificateRequests(ns).Create(ctx, request(t, pod, k.node, sa, signerName, newKey(t, "ECDSAP256")), metav1.CreateOptions{})
+	r, err := createPCR(ctx, k.client, ns, request(t, pod, k.node, sa, signerName, newKey(t, "ECDSAP256")))
 	if err != nil {
 		t.Fatal(err)
 	}

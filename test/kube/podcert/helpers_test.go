@@ -10,6 +10,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -205,4 +206,19 @@ func mustChain(t testing.TB, r *certificatesv1.PodCertificateRequest) []*x509.Ce
 		t.Fatalf("chain: %v", err)
 	}
 	return chain
+}
+
+// createPCR creates r as client (a node's kubelet). The API server's
+// admission looks up the pod the request names in its own informer,
+// which may not hold a pod created a moment ago (it answers that the pod
+// was not found): that answer is retried until the informer has the pod,
+// as the kubelet's own retries would; every other answer is returned.
+func createPCR(ctx context.Context, client kubernetes.Interface, ns string, r *certificatesv1.PodCertificateRequest) (*certificatesv1.PodCertificateRequest, error) {
+	var created *certificatesv1.PodCertificateRequest
+	var err error
+	_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		created, err = client.CertificatesV1().PodCertificateRequests(ns).Create(ctx, r, metav1.CreateOptions{})
+		return err == nil || !(strings.Contains(err.Error(), "named in the PodCertificateRequest") && strings.Contains(err.Error(), "not found")), nil
+	})
+	return created, err
 }

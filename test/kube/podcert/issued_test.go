@@ -112,7 +112,7 @@ func TestIssuedEveryKeyType(t *testing.T) {
 	id := "spiffe://cluster.local/ns/" + ns + "/sa/" + sa.Name
 
 	bare := createPod(t, ctx, ns, "bare-0", sa.Name, k.node.Name)
-	_, err := k.client.CertificatesV1().PodCertificateRequests(ns).Create(ctx, request(t, bare, k.node, sa, signerName, newKey(t, "ECDSAP256")), metav1.CreateOptions{})
+	_, err := createPCR(ctx, k.client, ns, request(t, bare, k.node, sa, signerName, newKey(t, "ECDSAP256")))
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("NodeRestriction is not on: a request for a pod without the volume: %v", err)
 	}
@@ -121,7 +121,7 @@ func TestIssuedEveryKeyType(t *testing.T) {
 	for _, kt := range keyTypes {
 		t.Run(kt, func(t *testing.T) {
 			key := newKey(t, kt)
-			r, err := k.client.CertificatesV1().PodCertificateRequests(ns).Create(ctx, request(t, pod, k.node, sa, signerName, key), metav1.CreateOptions{})
+			r, err := createPCR(ctx, k.client, ns, request(t, pod, k.node, sa, signerName, key))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	certificatesv1 "k8s.io/api/certificates/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshid/meshid/ca/caserver"
 	"github.com/meshid/meshid/testkit"
@@ -42,7 +41,7 @@ func TestReplicasSignOnce(t *testing.T) {
 	created := make([]*certificatesv1.PodCertificateRequest, n)
 	for i := range n {
 		g.Go(func() (err error) {
-			created[i], err = k.client.CertificatesV1().PodCertificateRequests(ns).Create(ctx, reqs[i], metav1.CreateOptions{})
+			created[i], err = createPCR(ctx, k.client, ns, reqs[i])
 			return err
 		})
 	}

@@ -78,7 +78,7 @@ func TestTrustBundleFollowsRotation(t *testing.T) {
 	pod := createPod(t, ctx, ns, "app-0", sa.Name, k.node.Name, signerName)
 	issue := func() (*x509.Certificate, []*x509.Certificate) {
 		t.Helper()
-		r, err := k.client.CertificatesV1().PodCertificateRequests(ns).Create(ctx, request(t, pod, k.node, sa, signerName, newKey(t, "ECDSAP256")), metav1.CreateOptions{})
+		r, err := createPCR(ctx, k.client, ns, request(t, pod, k.node, sa, signerName, newKey(t, "ECDSAP256")))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,11 +47,11 @@ var podCertRefreshes sync.WaitGroup
 // signer (an hour-long ECDSA P-256 certificate) and its roots from a
 // clusterTrustBundle volume selecting the signer's bundles; the probe
 // prints the leaf's serial each time the file changes in the container.
-func podCertPod(name, sa string) *corev1.Pod {
+func podCertPod(ns, name, sa string) *corev1.Pod {
 	signer := podCertSigner
 	hour := int32(3600)
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: podCertNS},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			ServiceAccountName:           sa,
 			AutomountServiceAccountToken: ptr(false),
@@ -230,7 +230,7 @@ func TestPodCertificateThroughKubelet(t *testing.T) {
 	if _, err := c.CoreV1().ServiceAccounts(podCertNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "app"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod, err := c.CoreV1().Pods(podCertNS).Create(ctx, podCertPod("app", "app"), metav1.CreateOptions{})
+	pod, err := c.CoreV1().Pods(podCertNS).Create(ctx, podCertPod(podCertNS, "app", "app"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestPodCertificateThroughKubelet(t *testing.T) {
 		t.Fatalf("PodCertificateRequest %s: pod UID %s, beginRefreshAt %v", pcr.Name, pcr.Spec.PodUID, pcr.Status.BeginRefreshAt)
 	}
 	waitCALogs(t, `"serial":"`+first.serial()+`"`, `"spiffe_id":"`+want.String()+`"`)
-	waitLogMatch(t, podCertNS, "app", "app", "cert serial="+first.serial()+" uri="+want.String())
+	waitLogMatch(t, podCertNS, "app", "app", "cert serial="+first.serial()+" uri="+want.String()+" at=")
 
 	// The refresh: beginRefreshAt is notBefore+10m (the chart's
 	// refreshRatio); the kubelet acts up to 5 minutes of jitter and a
@@ -294,7 +294,7 @@ func TestPodCertificateThroughKubelet(t *testing.T) {
 	if refreshed.Name == pcr.Name || refreshed.CreationTimestamp.Time.Before(refreshAt) {
 		t.Errorf("the new certificate's PodCertificateRequest %s was created at %s, before the first's beginRefreshAt %s", refreshed.Name, refreshed.CreationTimestamp, refreshAt)
 	}
-	waitLogMatch(t, podCertNS, "app", "app", "cert serial="+second.serial()+" uri="+want.String())
+	waitLogMatch(t, podCertNS, "app", "app", "cert serial="+second.serial()+" uri="+want.String()+" at=")
 }
 
 // waitPodsRunning waits until pod name in ns has every container running

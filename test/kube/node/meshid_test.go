@@ -184,8 +184,9 @@ func TestChartHealthyOnNode(t *testing.T) {
 // sidecarPod is a workload pod as deploy/examples/agent-sidecar.yaml makes
 // one: its pod security context, the meshid-agent native sidecar and its
 // three volumes, taken from the example file, with the example's Envoy and
-// app replaced by ./node/workload (SDS on the agent's socket, as Envoy
-// asks, and the Workload API, which the agent serves beside it with
+// app replaced by ./node/workload, which has Envoy's mounts but its config
+// (SDS on the agent's socket where the example mounts it for Envoy, as
+// Envoy asks, and the Workload API, which the agent serves beside it with
 // --workload-api-socket). No DNS here: the CA's Service name resolves by
 // /etc/hosts to its ClusterIP (kube-proxy routes it).
 func sidecarPod(t testing.TB, ns, name, sa string, labels map[string]string, args ...string) *corev1.Pod {
@@ -213,21 +214,20 @@ func sidecarPod(t testing.TB, ns, name, sa string, labels map[string]string, arg
 	spec.Volumes = volumes
 	// The workload stands in for the example's Envoy, with its resources
 	// (a CPU request: without one its cpu.shares are the minimum, 2, and on
-	// a busy machine it is starved for seconds).
-	var proxy corev1.Container
-	for _, c := range spec.Containers {
-		if c.Name == "envoy" {
-			proxy = c
+	// a busy machine it is starved for seconds) and its mounts but Envoy's
+	// config: the agent's socket is where the example mounts it for Envoy.
+	proxy := exampleProxy(t)
+	var mounts []corev1.VolumeMount
+	for _, m := range proxy.VolumeMounts {
+		if m.Name != "envoy-config" {
+			mounts = append(mounts, m)
 		}
-	}
-	if proxy.Resources.Requests.Cpu().IsZero() {
-		t.Fatal("deploy/examples/agent-sidecar.yaml: its envoy container requests no CPU")
 	}
 	spec.Containers = []corev1.Container{{
 		Name: "workload", Image: workloadRef, ImagePullPolicy: corev1.PullNever,
 		Args:         args,
 		Resources:    proxy.Resources,
-		VolumeMounts: []corev1.VolumeMount{{Name: "workload-socket", MountPath: "/var/run/secrets/workload-spiffe-uds"}},
+		VolumeMounts: mounts,
 		SecurityContext: &corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr(false), ReadOnlyRootFilesystem: ptr(true),
 			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
@@ -262,6 +262,22 @@ func exampleDeployment(t testing.TB) *appsv1.Deployment {
 	}
 	t.Fatal("deploy/examples/agent-sidecar.yaml has no Deployment")
 	return nil
+}
+
+// exampleProxy is the envoy container of the shipped example, which
+// requests CPU.
+func exampleProxy(t testing.TB) corev1.Container {
+	t.Helper()
+	for _, c := range exampleDeployment(t).Spec.Template.Spec.Containers {
+		if c.Name == "envoy" {
+			if c.Resources.Requests.Cpu().IsZero() {
+				t.Fatal("deploy/examples/agent-sidecar.yaml: its envoy container requests no CPU")
+			}
+			return c
+		}
+	}
+	t.Fatal("deploy/examples/agent-sidecar.yaml has no envoy container")
+	return corev1.Container{}
 }
 
 func caServiceIP(t testing.TB) string {

@@ -5,8 +5,9 @@
 // "ok URL STATUS BODY", then sleeps, so that the test reads the result in
 // the pod's log through the API server and the kubelet; `probe watch
 // FILE` reads the PEM file FILE every second and prints, each time the
-// first certificate in it changes, "cert serial=HEX uri=URI" (a pod
-// certificate's leaf as the container sees it; never the key).
+// first certificate in it changes, "cert serial=HEX uri=URI at=UNIXNANO"
+// (a pod certificate's leaf as the container sees it, and when it read
+// it; never the key).
 package main
 
 import (
@@ -71,10 +72,12 @@ func watch(file string) {
 				last = block.Bytes
 				if cert, err := x509.ParseCertificate(block.Bytes); err != nil {
 					fmt.Printf("watch %s: %v\n", file, err)
-				} else if len(cert.URIs) > 0 {
-					fmt.Printf("cert serial=%x uri=%s\n", cert.SerialNumber, cert.URIs[0])
 				} else {
-					fmt.Printf("cert serial=%x uri=none\n", cert.SerialNumber)
+					uri := "none"
+					if len(cert.URIs) > 0 {
+						uri = cert.URIs[0].String()
+					}
+					fmt.Printf("cert serial=%x uri=%s at=%d\n", cert.SerialNumber, uri, time.Now().UnixNano())
 				}
 			}
 			break

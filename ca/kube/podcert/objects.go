@@ -56,7 +56,10 @@ func (o *objects) start(ctx context.Context, wg *sync.WaitGroup) bool {
 // pod returns the pod ns/name, nil when it does not exist.
 func (o *objects) pod(ctx context.Context, ns, name string, uid types.UID) (*corev1.Pod, error) {
 	if obj, ok, _ := o.pods.GetIndexer().GetByKey(ns + "/" + name); ok {
-		if p, ok := obj.(*corev1.Pod); ok && p.UID == uid {
+		// A cached pod with no node yet is older than its binding (a
+		// kubelet asks only for a pod bound to it, often before the
+		// informer saw the binding): read it live.
+		if p, ok := obj.(*corev1.Pod); ok && p.UID == uid && p.Spec.NodeName != "" {
 			return p, nil
 		}
 	}

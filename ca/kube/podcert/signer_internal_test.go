@@ -74,15 +74,9 @@ type signerEnv struct {
 	ctx    context.Context
 }
 
-func newSignerEnv(t *testing.T, signer Signer, maxRetries int) *signerEnv {
+func newSignerEnv(t *testing.T, signer Signer, maxRetries int, edits ...func(*corev1.Pod)) *signerEnv {
 	t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "app-0", UID: "pod-uid"},
-		Spec: corev1.PodSpec{NodeName: "node-a", ServiceAccountName: "app", Volumes: []corev1.Volume{{Name: "id", VolumeSource: corev1.VolumeSource{
-			Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{PodCertificate: &corev1.PodCertificateProjection{SignerName: testSigner}}}},
-		}}}},
-	}
-	client := fake.NewClientset(pod)
+	client := fake.NewClientset(testPod(edits...))
 	scheme := metadatafake.NewTestScheme()
 	metav1.AddMetaToScheme(scheme)
 	md := metadatafake.NewSimpleMetadataClient(scheme,
@@ -106,6 +100,43 @@ func newSignerEnv(t *testing.T, signer Signer, maxRetries int) *signerEnv {
 	go func() { defer close(done); _ = c.sign(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return &signerEnv{c: c, client: client, reg: reg, ctx: ctx}
+}
+
+// testPod is pod shop/app-0, changed by edits.
+func testPod(edits ...func(*corev1.Pod)) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "app-0", UID: "pod-uid"},
+		Spec: corev1.PodSpec{NodeName: "node-a", ServiceAccountName: "app", Volumes: []corev1.Volume{{Name: "id", VolumeSource: corev1.VolumeSource{
+			Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{PodCertificate: &corev1.PodCertificateProjection{SignerName: testSigner}}}},
+		}}}},
+	}
+	for _, edit := range edits {
+		edit(pod)
+	}
+	return pod
+}
+
+// TestPodBoundAfterTheCacheSawIt: the signer's pod informer still holds
+// the pod as created, before the scheduler bound it (no nodeName), when
+// the kubelet of its node asks (on a real node the request came right
+// after the binding, and the signer denied it NodeMismatch "runs on node
+// \"\"": the pod never started). The signer reads the pod from the API
+// server, where it is bound, and issues.
+func TestPodBoundAfterTheCacheSawIt(t *testing.T) {
+	f := &flaky{Authority: newAuthority(t)}
+	e := newSignerEnv(t, f, 1, func(p *corev1.Pod) { p.Spec.NodeName = "" })
+	var gets atomic.Int32
+	e.client.PrependReactor("get", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
+		gets.Add(1)
+		return true, testPod(), nil
+	})
+	got := e.create(t)
+	if c := got.Status.Conditions[0]; c.Type != certificatesv1.PodCertificateRequestConditionTypeIssued {
+		t.Fatalf("answered %s %s: %s", c.Type, c.Reason, c.Message)
+	}
+	if gets.Load() == 0 {
+		t.Fatal("the pod was not read from the API server")
+	}
 }
 
 // create makes a request for app-0 and waits for its answer.

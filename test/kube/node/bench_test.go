@@ -85,9 +85,10 @@ func BenchmarkPodsToFirstSVID(b *testing.B) {
 func (p svidPath) oneAtATime(b *testing.B, n int) {
 	for range b.N {
 		ns := p.namespace(b)
-		reportLoad(b)
 		lat := make([]time.Duration, n)
-		b.ResetTimer()
+		load := loadAvg()
+		b.ResetTimer() // (which drops the metrics reported so far)
+		b.ReportMetric(load, "loadavg-1m")
 		for j := range lat {
 			pod := p.pod(b, ns, fmt.Sprintf("s%02d", j), "bench")
 			lat[j] = p.await(b, ns, []*corev1.Pod{pod}, 200*time.Millisecond)[0]
@@ -117,8 +118,9 @@ func (p svidPath) atOnce(b *testing.B, n int) {
 			}
 		}
 		caBefore := rssOf("/meshid\x00server")
-		reportLoad(b)
+		load := loadAvg()
 		b.ResetTimer()
+		b.ReportMetric(load, "loadavg-1m")
 		lat := p.await(b, ns, pods, time.Second)
 		b.StopTimer()
 		slices.Sort(lat)
@@ -231,15 +233,16 @@ func (p svidPath) cleanup(b *testing.B, ns string) {
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
-// reportLoad reports the machine's load average over the last minute:
-// the node shares its cores with whatever else runs.
-func reportLoad(b *testing.B) {
+// loadAvg is the machine's load average over the last minute, reported
+// beside the times: the node shares its cores with whatever else runs.
+func loadAvg() float64 {
 	raw, _ := os.ReadFile("/proc/loadavg")
 	if f := strings.Fields(string(raw)); len(f) > 0 {
 		if load, err := strconv.ParseFloat(f[0], 64); err == nil {
-			b.ReportMetric(load, "loadavg-1m")
+			return load
 		}
 	}
+	return 0
 }
 
 // rssOf is the resident memory, in bytes and ascending, of every process

@@ -14,8 +14,8 @@ import (
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/ca/keystore"
-	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
@@ -74,7 +74,7 @@ func newCAStack(t testing.TB) *caStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, _ := testkit.ServeCA(t, server.Config{Authority: s.authority, Authenticator: authn.NewChain(testkit.DevJWT(t, issuer)), Registerer: s.reg})
+	addr, _ := testkit.ServeCA(t, certservice.Config{Authority: s.authority, Authenticator: authn.NewChain(testkit.DevJWT(t, issuer)), Registerer: s.reg})
 
 	tok, err := issuer.Mint("default", "default", []string{"istio-ca"}, time.Hour, time.Now())
 	if err != nil {

@@ -7,9 +7,9 @@ import (
 	"sync"
 
 	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/jwtissuer"
-	"github.com/meshid/meshid/ca/server"
 )
 
 // federationParts are the CA's SPIFFE federation: its bundle endpoint and
@@ -84,9 +84,9 @@ func (f *federationParts) setIssuer(iss *jwtissuer.Issuer) {
 	f.mu.Unlock()
 }
 
-// bundles is what ca/server hands to the agents; nil (not a typed nil)
+// bundles is what ca/certservice hands to the agents; nil (not a typed nil)
 // without a Federator.
-func (f *federationParts) bundles() server.FederatedBundles {
+func (f *federationParts) bundles() certservice.FederatedBundles {
 	if f == nil || f.federator == nil {
 		return nil
 	}

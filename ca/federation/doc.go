@@ -15,7 +15,7 @@
 //     wrong trust domain, with a lower sequence, too large or redirected
 //     refused and logged, the last good bundle kept through outages and
 //     persisted under the state directory.
-//   - The agents receive the Federator's bundles from ca/server
+//   - The agents receive the Federator's bundles from ca/certservice
 //     (internal/federationapi), so that workloads and Envoy can trust
 //     peers of the federated trust domains, each with its own roots.
 //

@@ -381,7 +381,7 @@ func readLimited(path string) ([]byte, error) {
 }
 
 // FederatedBundles returns the bundles held now, as SPIFFE bundles and as
-// JWKS, keyed by trust domain SPIFFE ID (ca/server's FederatedBundles).
+// JWKS, keyed by trust domain SPIFFE ID (ca/certservice's FederatedBundles).
 func (f *Federator) FederatedBundles() (encoded, jwks map[string][]byte) {
 	s := f.snap.Load()
 	return s.Encoded, s.JWKS

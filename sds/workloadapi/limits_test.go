@@ -206,7 +206,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // Headers above MaxHeaderListSize are not served. The server advertises
 // the limit, so a gRPC client fails the call itself (a raw HTTP/2 client
 // that ignores it is refused by the server's transport, as
-// ca/server/headers_test.go shows for the CA); without the limit, gRPC's
+// ca/certservice/headers_test.go shows for the CA); without the limit, gRPC's
 // 16 MiB default would serve the call below.
 func TestHugeHeadersRefused(t *testing.T) {
 	a := newAgent(t, nil, nil, "app", nil)

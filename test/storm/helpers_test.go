@@ -51,7 +51,7 @@ func newAuthority(t testing.TB, clk clock.Clock, reg prometheus.Registerer) *ca.
 	return a
 }
 
-// caServer is a running ca/server on 127.0.0.1 with JWT authentication
+// caServer is a running ca/certservice on 127.0.0.1 with JWT authentication
 // (the dev issuer), on a fake clock.
 type caServer struct {
 	authority *ca.Authority

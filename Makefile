@@ -195,7 +195,7 @@ FUZZ_TARGETS := \
 	./ca/authn:FuzzJWTClaims \
 	./ca/authn:FuzzParseJWKS \
 	./ca/keystore:FuzzLoadDir \
-	./sds:FuzzDiscoveryRequest \
+	./sds/sdsserver:FuzzDiscoveryRequest \
 	./inspect:FuzzParsePEM
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/net/netutil"
 
-	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/rotation"
+	"github.com/meshid/meshid/ca/spiffefed"
 	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/unixsock"
@@ -42,7 +42,7 @@ type Config struct {
 	Rotation func() *rotation.Manager
 	// Federation, when set, returns the federated trust domains' state,
 	// added to /v1/status.
-	Federation func() []federation.PeerStatus
+	Federation func() []spiffefed.PeerStatus
 	// Upstream, when set, returns the upstream CA's renewal state (false
 	// without one), added to /v1/status.
 	Upstream func() (upstream.Status, bool)

@@ -16,12 +16,12 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/cluster"
-	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/kubeclient"
+	"github.com/meshid/meshid/ca/spiffefed"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
@@ -214,12 +214,12 @@ type Config struct {
 	ExtraAuthenticators []authn.Authenticator
 
 	// BundleEndpoint, when its Listen is set, serves the trust domain's
-	// SPIFFE bundle to federated trust domains (ca/federation).
-	BundleEndpoint federation.EndpointConfig
+	// SPIFFE bundle to federated trust domains (ca/spiffefed).
+	BundleEndpoint spiffefed.EndpointConfig
 	// FederateWith are the federated trust domains whose bundles the CA
 	// fetches, keeps (under StateDir) and hands to the agents
-	// (--federate-with, federation.ParsePeers).
-	FederateWith []federation.Peer
+	// (--federate-with, spiffefed.ParsePeers).
+	FederateWith []spiffefed.Peer
 
 	// APIServerGrace is how long the local Kubernetes API server may go
 	// without answering the CA's probe (GET /readyz every

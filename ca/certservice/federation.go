@@ -10,7 +10,7 @@ import (
 )
 
 // FederatedBundles holds the federated trust domains' bundles;
-// *federation.Federator implements it. Both maps are keyed by trust domain
+// *spiffefed.Federator implements it. Both maps are keyed by trust domain
 // SPIFFE ID ("spiffe://<td>") and must not be modified: encoded holds each
 // SPIFFE bundle (JSON), jwks each trust domain's jwt-svid keys (JWKS).
 type FederatedBundles interface {

@@ -1,4 +1,4 @@
-package federation
+package spiffefed
 
 import (
 	"context"
@@ -38,7 +38,7 @@ type svidCert struct {
 func (s *svidCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	a := s.authority()
 	if a == nil {
-		return nil, fmt.Errorf("federation: the CA is not ready")
+		return nil, fmt.Errorf("spiffefed: the CA is not ready")
 	}
 	now := s.clock.Now()
 	s.mu.Lock()
@@ -77,7 +77,7 @@ func (s *svidCert) issue(a *ca.Authority) (*tls.Certificate, error) {
 	issuer := a.Bundle().Cert
 	iss, err := a.Sign(context.Background(), ca.Request{CSR: csr, ID: s.id, Caller: "meshid server (bundle endpoint)"})
 	if err != nil {
-		return nil, fmt.Errorf("federation: the bundle endpoint's SVID: %w", err)
+		return nil, fmt.Errorf("spiffefed: the bundle endpoint's SVID: %w", err)
 	}
 	chain := [][]byte{iss.Leaf.Raw}
 	for _, c := range iss.Chain {
@@ -117,7 +117,7 @@ func (f *fileCert) load() error {
 			f.stamp = stamp // once per change, not per handshake
 			return nil
 		}
-		return fmt.Errorf("federation: bundle endpoint certificate: %w", err)
+		return fmt.Errorf("spiffefed: bundle endpoint certificate: %w", err)
 	}
 	if f.cur != nil {
 		f.log.Info("bundle endpoint certificate reloaded", "cert", f.certFile, "not_after", c.Leaf.NotAfter.UTC())

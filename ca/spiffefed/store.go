@@ -1,4 +1,4 @@
-package federation
+package spiffefed
 
 import (
 	"bytes"
@@ -95,7 +95,7 @@ func loadBundleFile(p Peer) (*spiffebundle.Bundle, error) {
 		err = checkBundle(b, nil)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("federation: %s: bootstrap bundle %s: %w", p.TrustDomain, p.BundleFile, err)
+		return nil, fmt.Errorf("spiffefed: %s: bootstrap bundle %s: %w", p.TrustDomain, p.BundleFile, err)
 	}
 	return b, nil
 }

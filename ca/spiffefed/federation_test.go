@@ -1,4 +1,4 @@
-package federation_test
+package spiffefed_test
 
 import (
 	"crypto"
@@ -20,12 +20,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
-	gofed "github.com/spiffe/go-spiffe/v2/federation"
+	"github.com/spiffe/go-spiffe/v2/federation"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
 
 	"github.com/meshid/meshid/ca"
-	"github.com/meshid/meshid/ca/federation"
+	"github.com/meshid/meshid/ca/spiffefed"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/testkit"
@@ -37,7 +37,7 @@ var (
 	tdC = spiffeid.RequireTrustDomainFromString("c.example")
 )
 
-// keys is a mutable federation.Source.
+// keys is a mutable spiffefed.Source.
 type keys struct {
 	mu    sync.Mutex
 	roots []*x509.Certificate
@@ -58,9 +58,9 @@ func (k *keys) set(roots []*x509.Certificate) {
 
 // startEndpoint serves td's bundle with src (https_spiffe, an SVID of
 // authority) and returns its URL.
-func startEndpoint(t *testing.T, td spiffeid.TrustDomain, authority *ca.Authority, src federation.Source, clk clock.Clock, reg prometheus.Registerer) string {
+func startEndpoint(t *testing.T, td spiffeid.TrustDomain, authority *ca.Authority, src spiffefed.Source, clk clock.Clock, reg prometheus.Registerer) string {
 	t.Helper()
-	e, err := federation.NewEndpoint(federation.EndpointConfig{
+	e, err := spiffefed.NewEndpoint(spiffefed.EndpointConfig{
 		Listen: "127.0.0.1:0", TrustDomain: td, Source: src, Clock: clk, Registerer: reg,
 		Authority: func() *ca.Authority { return authority },
 	})
@@ -95,14 +95,14 @@ func TestEndpointServesTheBundle(t *testing.T) {
 	url := startEndpoint(t, tdA, authority, src.source, clk, reg)
 	boot := spiffebundle.FromX509Authorities(tdA, authority.Bundle().Roots)
 
-	b, err := gofed.FetchBundle(t.Context(), tdA, url, gofed.WithSPIFFEAuth(boot, federation.EndpointID(tdA)))
+	b, err := federation.FetchBundle(t.Context(), tdA, url, federation.WithSPIFFEAuth(boot, spiffefed.EndpointID(tdA)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !b.HasX509Authority(authority.Bundle().Roots[0]) || len(b.X509Authorities()) != 1 || !b.HasJWTAuthority("k1") {
 		t.Fatalf("bundle: %d roots, JWT keys %v", len(b.X509Authorities()), b.JWTAuthorities())
 	}
-	if hint, ok := b.RefreshHint(); !ok || hint != federation.DefaultRefreshHint {
+	if hint, ok := b.RefreshHint(); !ok || hint != spiffefed.DefaultRefreshHint {
 		t.Fatalf("refresh hint %v %v", hint, ok)
 	}
 	seq1, ok := b.SequenceNumber()
@@ -110,7 +110,7 @@ func TestEndpointServesTheBundle(t *testing.T) {
 		t.Fatal("no sequence number")
 	}
 	// Same content: same sequence.
-	b, err = gofed.FetchBundle(t.Context(), tdA, url, gofed.WithSPIFFEAuth(boot, federation.EndpointID(tdA)))
+	b, err = federation.FetchBundle(t.Context(), tdA, url, federation.WithSPIFFEAuth(boot, spiffefed.EndpointID(tdA)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestEndpointServesTheBundle(t *testing.T) {
 	// A rotation adds a root: the union is served, with a higher sequence.
 	other := testkit.NewAuthority(t, tdA, clk, nil)
 	src.set(append(authority.Bundle().Roots, other.Bundle().Roots...))
-	b, err = gofed.FetchBundle(t.Context(), tdA, url, gofed.WithSPIFFEAuth(boot, federation.EndpointID(tdA)))
+	b, err = federation.FetchBundle(t.Context(), tdA, url, federation.WithSPIFFEAuth(boot, spiffefed.EndpointID(tdA)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestEndpointServesTheBundle(t *testing.T) {
 		t.Fatalf("after a change: sequence %d (was %d), %d roots", s, seq1, len(b.X509Authorities()))
 	}
 	// GET only.
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsconfig.TLSClientConfig(boot, tlsconfig.AuthorizeID(federation.EndpointID(tdA)))}}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsconfig.TLSClientConfig(boot, tlsconfig.AuthorizeID(spiffefed.EndpointID(tdA)))}}
 	resp, err := client.Post(url, "application/json", strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestEndpointServesTheBundle(t *testing.T) {
 	}
 	// A caller that never stops is refused once its burst is spent.
 	limited := 0
-	for range federation.DefaultEndpointBurst + 5 {
+	for range spiffefed.DefaultEndpointBurst + 5 {
 		resp, err := client.Get(url)
 		if err != nil {
 			t.Fatal(err)
@@ -166,8 +166,8 @@ func TestFederatorFollowsAndPersists(t *testing.T) {
 	src := &keys{roots: authB.Bundle().Roots}
 	url := startEndpoint(t, tdB, authB, src.source, clk, nil)
 	state := t.TempDir()
-	peer := federation.Peer{TrustDomain: tdB, URL: url, Profile: federation.ProfileSPIFFE, EndpointID: federation.EndpointID(tdB), BundleFile: writePEM(t, authB.Bundle().Roots...)}
-	f, err := federation.New(federation.Config{TrustDomain: tdA, Peers: []federation.Peer{peer}, StateDir: state, Clock: clk})
+	peer := spiffefed.Peer{TrustDomain: tdB, URL: url, Profile: spiffefed.ProfileSPIFFE, EndpointID: spiffefed.EndpointID(tdB), BundleFile: writePEM(t, authB.Bundle().Roots...)}
+	f, err := spiffefed.New(spiffefed.Config{TrustDomain: tdA, Peers: []spiffefed.Peer{peer}, StateDir: state, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,13 +179,13 @@ func TestFederatorFollowsAndPersists(t *testing.T) {
 	if seq1 == 0 || !b.HasX509Authority(authB.Bundle().Roots[0]) {
 		t.Fatalf("first fetch: %v", f.Status())
 	}
-	if d := testkit.NextDeadline(t, clk, "the refresh").Sub(clk.Now()); d != federation.DefaultRefreshHint {
-		t.Fatalf("next refresh in %v, want the hint %v", d, federation.DefaultRefreshHint)
+	if d := testkit.NextDeadline(t, clk, "the refresh").Sub(clk.Now()); d != spiffefed.DefaultRefreshHint {
+		t.Fatalf("next refresh in %v, want the hint %v", d, spiffefed.DefaultRefreshHint)
 	}
 	other := testkit.NewAuthority(t, tdB, clk, nil)
 	src.set(append(authB.Bundle().Roots, other.Bundle().Roots...))
 	changed = f.Changed()
-	clk.Add(federation.DefaultRefreshHint)
+	clk.Add(spiffefed.DefaultRefreshHint)
 	waitChange(t, changed)
 	b = f.Snapshot().Bundles[tdB]
 	if s, _ := b.SequenceNumber(); s <= seq1 || len(b.X509Authorities()) != 2 {
@@ -193,7 +193,7 @@ func TestFederatorFollowsAndPersists(t *testing.T) {
 	}
 	// A restart without the bootstrap file starts from the kept bundle.
 	peer.BundleFile = ""
-	g, err := federation.New(federation.Config{TrustDomain: tdA, Peers: []federation.Peer{peer}, StateDir: state, Clock: clk})
+	g, err := spiffefed.New(spiffefed.Config{TrustDomain: tdA, Peers: []spiffefed.Peer{peer}, StateDir: state, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,8 +279,8 @@ func TestFederatorRefusesBadBundles(t *testing.T) {
 
 	logs := testkit.NewLogRecorder()
 	reg := prometheus.NewRegistry()
-	peer := federation.Peer{TrustDomain: tdB, URL: hs.URL + "/", Profile: federation.ProfileWeb, CAFile: caFile}
-	f, err := federation.New(federation.Config{TrustDomain: tdA, Peers: []federation.Peer{peer}, Clock: clk, Logger: logs.Logger(), Registerer: reg, FetchTimeout: 2 * time.Second})
+	peer := spiffefed.Peer{TrustDomain: tdB, URL: hs.URL + "/", Profile: spiffefed.ProfileWeb, CAFile: caFile}
+	f, err := spiffefed.New(spiffefed.Config{TrustDomain: tdA, Peers: []spiffefed.Peer{peer}, Clock: clk, Logger: logs.Logger(), Registerer: reg, FetchTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,8 +290,8 @@ func TestFederatorRefusesBadBundles(t *testing.T) {
 		t.Fatalf("the good bundle was not taken: %v", f.Status())
 	}
 	for mode, reason := range map[string]string{
-		"garbage": federation.ReasonParse, "huge": federation.ReasonTooLarge, "lower sequence": federation.ReasonSequence,
-		"redirect": federation.ReasonRedirect, "slow drip": federation.ReasonFetch, "status": federation.ReasonStatus,
+		"garbage": spiffefed.ReasonParse, "huge": spiffefed.ReasonTooLarge, "lower sequence": spiffefed.ReasonSequence,
+		"redirect": spiffefed.ReasonRedirect, "slow drip": spiffefed.ReasonFetch, "status": spiffefed.ReasonStatus,
 	} {
 		srv.set(mode)
 		before, _ := testkit.LookupMetric(t, reg, "meshid_federation_bundle_refresh_failures_total", "trust_domain", "b.example", "reason", reason)
@@ -316,13 +316,13 @@ func TestFederatorRefusesBadBundles(t *testing.T) {
 		id     spiffeid.ID
 		reason string
 	}{
-		"wrong trust domain": {authC.Bundle().Roots, federation.EndpointID(tdB), federation.ReasonTrustDomain},
-		"wrong SPIFFE ID":    {authB.Bundle().Roots, wrongID, federation.ReasonFetch},
+		"wrong trust domain": {authC.Bundle().Roots, spiffefed.EndpointID(tdB), spiffefed.ReasonTrustDomain},
+		"wrong SPIFFE ID":    {authB.Bundle().Roots, wrongID, spiffefed.ReasonFetch},
 	} {
 		url := startEndpoint(t, tdB, authB, (&keys{roots: c.serve}).source, clk, nil)
 		reg := prometheus.NewRegistry()
-		p := federation.Peer{TrustDomain: tdB, URL: url, Profile: federation.ProfileSPIFFE, EndpointID: c.id, BundleFile: bootB}
-		g, err := federation.New(federation.Config{TrustDomain: tdA, Peers: []federation.Peer{p}, Clock: clk, Logger: logs.Logger(), Registerer: reg})
+		p := spiffefed.Peer{TrustDomain: tdB, URL: url, Profile: spiffefed.ProfileSPIFFE, EndpointID: c.id, BundleFile: bootB}
+		g, err := spiffefed.New(spiffefed.Config{TrustDomain: tdA, Peers: []spiffefed.Peer{p}, Clock: clk, Logger: logs.Logger(), Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -376,8 +376,8 @@ func TestEndpointWebCertificateReloads(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	first := webCert(t, root, rootKey, certFile, keyFile, 1)
-	e, err := federation.NewEndpoint(federation.EndpointConfig{
-		Listen: "127.0.0.1:0", Profile: federation.ProfileWeb, TrustDomain: tdA, CertFile: certFile, KeyFile: keyFile,
+	e, err := spiffefed.NewEndpoint(spiffefed.EndpointConfig{
+		Listen: "127.0.0.1:0", Profile: spiffefed.ProfileWeb, TrustDomain: tdA, CertFile: certFile, KeyFile: keyFile,
 		Source: (&keys{roots: authority.Bundle().Roots}).source, Clock: clk,
 	})
 	if err != nil {
@@ -412,8 +412,8 @@ func TestEndpointWebCertificateReloads(t *testing.T) {
 		t.Fatalf("serving serial %v after the change, want %v", got.SerialNumber, second.SerialNumber)
 	}
 	// A Federator with the https_web profile reads it, verifying with ca-file.
-	f, err := federation.New(federation.Config{TrustDomain: tdB, Clock: clk, Peers: []federation.Peer{{
-		TrustDomain: tdA, URL: url, Profile: federation.ProfileWeb, CAFile: writePEM(t, root),
+	f, err := spiffefed.New(spiffefed.Config{TrustDomain: tdB, Clock: clk, Peers: []spiffefed.Peer{{
+		TrustDomain: tdA, URL: url, Profile: spiffefed.ProfileWeb, CAFile: writePEM(t, root),
 	}}})
 	if err != nil {
 		t.Fatal(err)
@@ -438,8 +438,8 @@ func TestFederatorReadsCAFileAgain(t *testing.T) {
 	t.Cleanup(hs.Close)
 	other, _ := testkit.Root(t, certs.CASpec{Subject: pkix.Name{CommonName: "another root"}, NotBefore: time.Now().Add(-time.Hour), TTL: time.Hour})
 	caFile := writePEM(t, other)
-	f, err := federation.New(federation.Config{TrustDomain: tdA, Clock: clock.NewFake(time.Now()), Peers: []federation.Peer{{
-		TrustDomain: tdB, URL: hs.URL + "/", Profile: federation.ProfileWeb, CAFile: caFile,
+	f, err := spiffefed.New(spiffefed.Config{TrustDomain: tdA, Clock: clock.NewFake(time.Now()), Peers: []spiffefed.Peer{{
+		TrustDomain: tdB, URL: hs.URL + "/", Profile: spiffefed.ProfileWeb, CAFile: caFile,
 	}}})
 	if err != nil {
 		t.Fatal(err)
@@ -467,8 +467,8 @@ func TestFederatorRefreshesAtTheHint(t *testing.T) {
 		want time.Duration
 	}{
 		{"hint", 90 * time.Second, 90 * time.Second},
-		{"hint under 5s", time.Second, federation.MinRefresh},
-		{"no hint", 0, federation.DefaultRefresh},
+		{"hint under 5s", time.Second, spiffefed.MinRefresh},
+		{"no hint", 0, spiffefed.DefaultRefresh},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := clock.NewFake(time.Now())
@@ -484,8 +484,8 @@ func TestFederatorRefreshesAtTheHint(t *testing.T) {
 			t.Cleanup(hs.Close)
 			caFile := filepath.Join(t.TempDir(), "ca.pem")
 			os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hs.Certificate().Raw}), 0o600)
-			f, err := federation.New(federation.Config{TrustDomain: tdA, Clock: clk, Peers: []federation.Peer{{
-				TrustDomain: tdB, URL: hs.URL + "/", Profile: federation.ProfileWeb, CAFile: caFile,
+			f, err := spiffefed.New(spiffefed.Config{TrustDomain: tdA, Clock: clk, Peers: []spiffefed.Peer{{
+				TrustDomain: tdB, URL: hs.URL + "/", Profile: spiffefed.ProfileWeb, CAFile: caFile,
 			}}})
 			if err != nil {
 				t.Fatal(err)

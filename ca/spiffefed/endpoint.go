@@ -1,4 +1,4 @@
-package federation
+package spiffefed
 
 import (
 	"cmp"
@@ -116,21 +116,21 @@ func NewEndpoint(cfg EndpointConfig) (*Endpoint, error) {
 	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	switch {
 	case cfg.Listen == "" || cfg.Source == nil || cfg.TrustDomain.IsZero():
-		return nil, errors.New("federation: the bundle endpoint needs an address, a trust domain and a source")
+		return nil, errors.New("spiffefed: the bundle endpoint needs an address, a trust domain and a source")
 	case cfg.RefreshHint < time.Second || cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0 || cfg.RatePerIP < 0 || cfg.BurstPerIP < 0:
-		return nil, errors.New("federation: the bundle endpoint's refresh hint is under 1s or a limit is negative")
+		return nil, errors.New("spiffefed: the bundle endpoint's refresh hint is under 1s or a limit is negative")
 	}
 	e := &Endpoint{cfg: cfg, limiters: map[string]*rate.Limiter{}}
 	e.pub = &publisher{td: cfg.TrustDomain, hint: cfg.RefreshHint, src: cfg.Source, clock: cfg.Clock}
 	switch cfg.Profile {
 	case ProfileSPIFFE:
 		if cfg.Authority == nil || cfg.CertFile != "" || cfg.KeyFile != "" {
-			return nil, errors.New("federation: an https_spiffe bundle endpoint presents an SVID of the CA, not certificate files")
+			return nil, errors.New("spiffefed: an https_spiffe bundle endpoint presents an SVID of the CA, not certificate files")
 		}
 		e.getCert = (&svidCert{authority: cfg.Authority, id: EndpointID(cfg.TrustDomain), clock: cfg.Clock}).get
 	case ProfileWeb:
 		if cfg.CertFile == "" || cfg.KeyFile == "" {
-			return nil, errors.New("federation: an https_web bundle endpoint needs --bundle-endpoint-cert and --bundle-endpoint-key")
+			return nil, errors.New("spiffefed: an https_web bundle endpoint needs --bundle-endpoint-cert and --bundle-endpoint-key")
 		}
 		fc := &fileCert{certFile: cfg.CertFile, keyFile: cfg.KeyFile, clock: cfg.Clock, log: cfg.Logger}
 		if err := fc.load(); err != nil {
@@ -234,7 +234,7 @@ func (e *Endpoint) Listen() error {
 	}
 	ln, err := net.Listen("tcp", e.cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("federation: bundle endpoint: %w", err)
+		return fmt.Errorf("spiffefed: bundle endpoint: %w", err)
 	}
 	e.ln = connlimit.New(ln, connlimit.Config{
 		Max: e.cfg.MaxConnections, PerIP: e.cfg.MaxConnectionsPerIP,
@@ -264,7 +264,7 @@ func (e *Endpoint) Run(ctx context.Context) error {
 	go func() { done <- e.srv.ServeTLS(e.ln, "", "") }()
 	select {
 	case err := <-done:
-		return fmt.Errorf("federation: bundle endpoint: %w", err)
+		return fmt.Errorf("spiffefed: bundle endpoint: %w", err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)

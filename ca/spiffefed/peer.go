@@ -1,4 +1,4 @@
-package federation
+package spiffefed
 
 import (
 	"errors"
@@ -32,7 +32,7 @@ func ParseProfile(s string) (Profile, error) {
 	case ProfileSPIFFE, ProfileWeb:
 		return p, nil
 	}
-	return "", fmt.Errorf("federation: unknown bundle endpoint profile %q (want %s or %s)", s, ProfileSPIFFE, ProfileWeb)
+	return "", fmt.Errorf("spiffefed: unknown bundle endpoint profile %q (want %s or %s)", s, ProfileSPIFFE, ProfileWeb)
 }
 
 // MaxPeerSpec bounds one --federate-with value, in bytes.
@@ -64,15 +64,15 @@ type Peer struct {
 func ParsePeer(s string) (Peer, error) {
 	var p Peer
 	if len(s) > MaxPeerSpec {
-		return p, fmt.Errorf("federation: a --federate-with value of %d bytes is longer than %d", len(s), MaxPeerSpec)
+		return p, fmt.Errorf("spiffefed: a --federate-with value of %d bytes is longer than %d", len(s), MaxPeerSpec)
 	}
 	td, rest, ok := strings.Cut(s, "=")
 	if !ok {
-		return p, fmt.Errorf("federation: %q is not TD=URL[,option=value...]", s)
+		return p, fmt.Errorf("spiffefed: %q is not TD=URL[,option=value...]", s)
 	}
 	var err error
 	if p.TrustDomain, err = spiffeid.TrustDomainFromString(td); err != nil {
-		return p, fmt.Errorf("federation: trust domain %q: %w", td, err)
+		return p, fmt.Errorf("spiffefed: trust domain %q: %w", td, err)
 	}
 	fields := strings.Split(rest, ",")
 	if p.URL, err = checkURL(fields[0]); err != nil {
@@ -83,10 +83,10 @@ func ParsePeer(s string) (Peer, error) {
 	for _, f := range fields[1:] {
 		k, v, ok := strings.Cut(f, "=")
 		if !ok || v == "" {
-			return p, fmt.Errorf("federation: %s: option %q is not key=value", p.TrustDomain, f)
+			return p, fmt.Errorf("spiffefed: %s: option %q is not key=value", p.TrustDomain, f)
 		}
 		if seen[k] {
-			return p, fmt.Errorf("federation: %s: option %s given twice", p.TrustDomain, k)
+			return p, fmt.Errorf("spiffefed: %s: option %s given twice", p.TrustDomain, k)
 		}
 		seen[k] = true
 		switch k {
@@ -94,14 +94,14 @@ func ParsePeer(s string) (Peer, error) {
 			profile = v
 		case "endpoint-id":
 			if p.EndpointID, err = spiffeid.FromString(v); err != nil {
-				return p, fmt.Errorf("federation: %s: endpoint-id %q: %w", p.TrustDomain, v, err)
+				return p, fmt.Errorf("spiffefed: %s: endpoint-id %q: %w", p.TrustDomain, v, err)
 			}
 		case "bundle":
 			p.BundleFile = v
 		case "ca-file":
 			p.CAFile = v
 		default:
-			return p, fmt.Errorf("federation: %s: unknown option %q (want profile, endpoint-id, bundle or ca-file)", p.TrustDomain, k)
+			return p, fmt.Errorf("spiffefed: %s: unknown option %q (want profile, endpoint-id, bundle or ca-file)", p.TrustDomain, k)
 		}
 	}
 	if p.Profile, err = ParseProfile(profile); err != nil {
@@ -115,14 +115,14 @@ func (p Peer) check() error {
 	switch p.Profile {
 	case ProfileSPIFFE:
 		if p.EndpointID.IsZero() {
-			return fmt.Errorf("federation: %s: profile https_spiffe needs endpoint-id (the SPIFFE ID the bundle endpoint presents)", p.TrustDomain)
+			return fmt.Errorf("spiffefed: %s: profile https_spiffe needs endpoint-id (the SPIFFE ID the bundle endpoint presents)", p.TrustDomain)
 		}
 		if p.CAFile != "" {
-			return fmt.Errorf("federation: %s: ca-file is for profile https_web; https_spiffe is verified with the trust domain's bundle", p.TrustDomain)
+			return fmt.Errorf("spiffefed: %s: ca-file is for profile https_web; https_spiffe is verified with the trust domain's bundle", p.TrustDomain)
 		}
 	case ProfileWeb:
 		if !p.EndpointID.IsZero() {
-			return fmt.Errorf("federation: %s: endpoint-id is for profile https_spiffe", p.TrustDomain)
+			return fmt.Errorf("spiffefed: %s: endpoint-id is for profile https_spiffe", p.TrustDomain)
 		}
 	}
 	return nil
@@ -134,15 +134,15 @@ func checkURL(s string) (string, error) {
 	u, err := url.Parse(s)
 	switch {
 	case err != nil:
-		return "", fmt.Errorf("federation: bundle endpoint URL: %w", err)
+		return "", fmt.Errorf("spiffefed: bundle endpoint URL: %w", err)
 	case u.Scheme != "https":
-		return "", fmt.Errorf("federation: bundle endpoint URL %q: the scheme must be https", s)
+		return "", fmt.Errorf("spiffefed: bundle endpoint URL %q: the scheme must be https", s)
 	case u.Host == "":
-		return "", fmt.Errorf("federation: bundle endpoint URL %q has no host", s)
+		return "", fmt.Errorf("spiffefed: bundle endpoint URL %q has no host", s)
 	case u.User != nil:
-		return "", errors.New("federation: bundle endpoint URL: user information is not allowed")
+		return "", errors.New("spiffefed: bundle endpoint URL: user information is not allowed")
 	case u.Fragment != "":
-		return "", fmt.Errorf("federation: bundle endpoint URL %q has a fragment", s)
+		return "", fmt.Errorf("spiffefed: bundle endpoint URL %q has a fragment", s)
 	}
 	return s, nil
 }
@@ -170,10 +170,10 @@ func ParsePeers(values []string, own spiffeid.TrustDomain) ([]Peer, error) {
 
 func checkPeerSet(p Peer, own spiffeid.TrustDomain, seen map[spiffeid.TrustDomain]bool) error {
 	if p.TrustDomain == own {
-		return fmt.Errorf("federation: %s is this CA's own trust domain: it cannot be federated with", own)
+		return fmt.Errorf("spiffefed: %s is this CA's own trust domain: it cannot be federated with", own)
 	}
 	if seen[p.TrustDomain] {
-		return fmt.Errorf("federation: trust domain %s given twice", p.TrustDomain)
+		return fmt.Errorf("spiffefed: trust domain %s given twice", p.TrustDomain)
 	}
 	seen[p.TrustDomain] = true
 	return nil

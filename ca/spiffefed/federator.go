@@ -1,4 +1,4 @@
-package federation
+package spiffefed
 
 import (
 	"cmp"
@@ -105,13 +105,13 @@ func New(cfg Config) (*Federator, error) {
 	cfg.Clock = clock.OrReal(cfg.Clock)
 	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	if cfg.TrustDomain.IsZero() {
-		return nil, errors.New("federation: the CA's trust domain is required")
+		return nil, errors.New("spiffefed: the CA's trust domain is required")
 	}
 	if len(cfg.Peers) > MaxPeers {
-		return nil, fmt.Errorf("federation: %d federated trust domains, more than %d", len(cfg.Peers), MaxPeers)
+		return nil, fmt.Errorf("spiffefed: %d federated trust domains, more than %d", len(cfg.Peers), MaxPeers)
 	}
 	if cfg.FetchTimeout < 0 || cfg.MaxBundleSize < 0 {
-		return nil, errors.New("federation: negative fetch timeout or bundle size")
+		return nil, errors.New("spiffefed: negative fetch timeout or bundle size")
 	}
 	f := &Federator{cfg: cfg, started: cfg.Clock.Now(), byTD: map[spiffeid.TrustDomain]*peerState{}, changed: make(chan struct{})}
 	seen := map[spiffeid.TrustDomain]bool{}
@@ -153,7 +153,7 @@ func (f *Federator) newPeer(p Peer) (*peerState, error) {
 		return nil, err
 	}
 	if b == nil && p.Profile == ProfileSPIFFE {
-		return nil, fmt.Errorf("federation: %s: profile https_spiffe needs a bootstrap bundle (bundle=PATH): none given and none kept from an earlier run", p.TrustDomain)
+		return nil, fmt.Errorf("spiffefed: %s: profile https_spiffe needs a bootstrap bundle (bundle=PATH): none given and none kept from an earlier run", p.TrustDomain)
 	}
 	ps.bundle = b
 	return ps, nil
@@ -184,12 +184,12 @@ func webRoots(caFile string) (*x509.CertPool, error) {
 func (f *Federator) GetX509BundleForTrustDomain(td spiffeid.TrustDomain) (*x509bundle.Bundle, error) {
 	ps := f.byTD[td]
 	if ps == nil {
-		return nil, fmt.Errorf("federation: trust domain %s is not federated", td)
+		return nil, fmt.Errorf("spiffefed: trust domain %s is not federated", td)
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.bundle == nil {
-		return nil, fmt.Errorf("federation: no bundle of %s yet", td)
+		return nil, fmt.Errorf("spiffefed: no bundle of %s yet", td)
 	}
 	return ps.bundle.X509Bundle(), nil
 }
@@ -363,7 +363,7 @@ func readRoots(path string) ([]*x509.Certificate, error) {
 	}
 	cs, err := certs.ParseCertificates(data)
 	if err != nil {
-		return nil, fmt.Errorf("federation: %s: %w", path, err)
+		return nil, fmt.Errorf("spiffefed: %s: %w", path, err)
 	}
 	return cs, nil
 }
@@ -372,10 +372,10 @@ func readRoots(path string) ([]*x509.Certificate, error) {
 func readLimited(path string) ([]byte, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("federation: %w", err)
+		return nil, fmt.Errorf("spiffefed: %w", err)
 	}
 	if st.Size() > DefaultMaxBundleSize {
-		return nil, fmt.Errorf("federation: %s is %d bytes, more than %d", path, st.Size(), DefaultMaxBundleSize)
+		return nil, fmt.Errorf("spiffefed: %s is %d bytes, more than %d", path, st.Size(), DefaultMaxBundleSize)
 	}
 	return os.ReadFile(path)
 }

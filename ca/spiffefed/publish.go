@@ -1,4 +1,4 @@
-package federation
+package spiffefed
 
 import (
 	"crypto/x509"
@@ -33,7 +33,7 @@ type publisher struct {
 // GetBundleForTrustDomain implements spiffebundle.Source.
 func (p *publisher) GetBundleForTrustDomain(td spiffeid.TrustDomain) (*spiffebundle.Bundle, error) {
 	if td != p.td {
-		return nil, fmt.Errorf("federation: no bundle for trust domain %s", td)
+		return nil, fmt.Errorf("spiffefed: no bundle for trust domain %s", td)
 	}
 	return p.bundle()
 }
@@ -50,7 +50,7 @@ func (p *publisher) bundle() (*spiffebundle.Bundle, error) {
 	if len(jwks) > 0 {
 		jb, err := jwtbundle.Parse(p.td, jwks)
 		if err != nil {
-			return nil, fmt.Errorf("federation: the JWT-SVID keys: %w", err)
+			return nil, fmt.Errorf("spiffefed: the JWT-SVID keys: %w", err)
 		}
 		b.SetJWTAuthorities(jb.JWTAuthorities())
 	}

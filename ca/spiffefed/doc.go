@@ -1,4 +1,4 @@
-// Package federation is SPIFFE federation on the CA side
+// Package spiffefed is SPIFFE federation on the CA side
 // (spiffe/spiffe standards/SPIFFE_Federation.md), in three parts:
 //
 //   - Endpoint serves this trust domain's bundle (x509-svid roots, the
@@ -22,4 +22,4 @@
 // go-spiffe's federation.FetchBundle is not used to fetch: it follows
 // redirects and reads a body of any size. The fetch here uses go-spiffe's
 // tlsconfig (https_spiffe) and spiffebundle.Parse, with those limits.
-package federation
+package spiffefed

@@ -32,7 +32,10 @@ run: build
 ## without Docker, run `make test-unit`).
 test: lint test-unit test-observability test-spire test-kube test-node test-image
 
-## test-unit: the main module's unit, integration and end-to-end tests
+## test-unit: the main module's unit, integration and end-to-end tests,
+## and the version-skew suite (test/skew: the previous release's binaries,
+## built from the commit CHANGELOG.md names and cached under
+## ~/.cache/meshid/skew/, against the current ones; needs the git history)
 ## (the upstream-CA tests serve the real cfssl and step-ca: cfssl-binary,
 ## step-ca-binary; the PKCS#11
 ## tests need SoftHSM2: softhsm-check). SOFTHSM=skip runs without the

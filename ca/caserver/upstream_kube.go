@@ -146,20 +146,26 @@ func (u *upstreamKube) run(ctx context.Context) error {
 	return nil
 }
 
-// seen takes a version of the Secret: refused with a log unless it holds
-// an intermediate that passes the checks of an upstream answer; else, if
-// new, offered to the rotation.
+// seen takes a version of the Secret: refused with a log (and the
+// rotation marked stuck) unless it holds an intermediate that passes the
+// checks of an upstream answer; else, if new, offered to the rotation.
 func (u *upstreamKube) seen(sec *corev1.Secret) {
 	log := u.log.With(logs.KeyResourceVersion, sec.ResourceVersion)
 	b, err := loadUpstreamSecret(sec.Data, u.clock.Now())
-	if err != nil {
-		log.Error("the upstream intermediate in the Secret is refused; the current CA keeps signing", logs.KeyError, err)
-		return
-	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if err != nil {
+		log.Error("the upstream intermediate in the Secret is refused; the current CA keeps signing", logs.KeyError, err)
+		if u.rot != nil {
+			u.rot.Refuse(err) // meshid_ca_rotation_stuck, until a valid version
+		}
+		return
+	}
 	if u.last != nil && u.last.Cert.Equal(b.Cert) {
-		return // the leader's own write, or a resync
+		if u.rot != nil {
+			_ = u.rot.SetBundle(u.last) // nothing new; clears a refusal's stuck state
+		}
+		return // the leader's own write, a resync, or a refused edit undone
 	}
 	log.Info("upstream intermediate loaded from the Secret", logs.KeySubject, b.Cert.Subject.String(),
 		logs.KeySerial, b.Cert.SerialNumber.Text(16), logs.KeyNotAfter, b.Cert.NotAfter)

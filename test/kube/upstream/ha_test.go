@@ -262,7 +262,8 @@ func resetCluster(t *testing.T) {
 // new key each time); the follower never mints. Secrets edited to hold
 // an intermediate of another CA, one that is not for its key, an expired
 // one from the upstream itself, or a huge value: refused by every replica
-// with a log line, nothing changes and nothing is minted. The leader
+// with a log line and meshid_ca_rotation_stuck, nothing changes and
+// nothing is minted; the good Secret back clears the stuck state. The leader
 // stopped: the other takes the Lease, finds the Secret's intermediate
 // and mints nothing until its renewal point, then exactly once; a
 // replacement replica loads the Secret and never mints. Then cfssl's
@@ -337,12 +338,23 @@ func TestUpstreamHAOneMintPerRenewal(t *testing.T) {
 			if !r.signing().Equal(prev) || !w.sign(t, r).Equal(prev) {
 				t.Fatalf("%s: %s switched", c.name, r.name)
 			}
+			if v := testkit.Metric(t, r.reg, "meshid_ca_rotation_stuck"); v != 1 {
+				t.Fatalf("%s: %s: meshid_ca_rotation_stuck %v, want 1", c.name, r.name, v)
+			}
 		}
 		if n := totalMints(t, all, "ok"); n != 3 {
 			t.Fatalf("%s: %v mints, want 3", c.name, n)
 		}
 	}
 	writeSecret(t, good)
+	eventually(t, "the good Secret back: no replica stuck", func() error {
+		for _, r := range all {
+			if v := testkit.Metric(t, r.reg, "meshid_ca_rotation_stuck"); v != 0 {
+				return fmt.Errorf("%s: meshid_ca_rotation_stuck %v", r.name, v)
+			}
+		}
+		return nil
+	})
 
 	// Failover: the follower leads, mints nothing until its renewal point.
 	lead.stop()

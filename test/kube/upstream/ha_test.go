@@ -261,15 +261,16 @@ func resetCluster(t *testing.T) {
 // points one more mint, and both sign under the same new intermediate (a
 // new key each time); the follower never mints. Secrets edited to hold
 // an intermediate of another CA, one that is not for its key, an expired
-// one from the upstream itself, or a huge value: refused by every replica
-// with a log line and meshid_ca_rotation_stuck, nothing changes and
-// nothing is minted; the good Secret back clears the stuck state. The leader
-// stopped: the other takes the Lease, finds the Secret's intermediate
-// and mints nothing until its renewal point, then exactly once; a
-// replacement replica loads the Secret and never mints. Then cfssl's
-// root is replaced: the next intermediate is prepared on both replicas
-// (the new root trusted, the current intermediate signing), both
-// activate it at the leader's time, and it is one mint more.
+// one from the upstream itself, a leaf of the upstream, or a huge value:
+// refused by every replica with a log line and meshid_ca_rotation_stuck,
+// nothing changes and nothing is minted; the good Secret back clears the
+// stuck state. The leader stopped: the other takes the Lease, finds the
+// Secret's intermediate and mints nothing until its renewal point, then
+// exactly once; a replacement replica loads the Secret and never mints.
+// Then cfssl's root is replaced: the next intermediate is prepared on
+// both replicas (the new root trusted, the current intermediate
+// signing), both activate it at the leader's time, and it is one mint
+// more.
 func TestUpstreamHAOneMintPerRenewal(t *testing.T) {
 	resetCluster(t)
 	w := newWorld(t)
@@ -450,8 +451,8 @@ type badSecret struct {
 
 // badSecrets are edits of good: an intermediate of another CA (its own
 // key, the upstream's roots), the intermediate with another key, an
-// expired intermediate minted by the real cfssl for its key, and a
-// value over the size limit.
+// expired intermediate minted by the real cfssl for its key, a leaf the
+// real cfssl signed for its key, and a value over the size limit.
 func badSecrets(t *testing.T, w *world, good map[string][]byte) []badSecret {
 	t.Helper()
 	now := w.fake.Now()
@@ -501,6 +502,28 @@ func badSecrets(t *testing.T, w *world, good map[string][]byte) []badSecret {
 		t.Fatalf("cfssl's intermediate is not expired: %v", m.Chain[0].NotAfter)
 	}
 
+	// A leaf the real cfssl signs for a key (its leaf profile): it chains
+	// to the upstream root and matches its key, but is no CA.
+	leafURL, err := upstream.ParseURL("cfssl+https://" + w.up.Addr + "?profile=" + testkit.CFSSLProfileLeaf + "&ca=" + w.up.TLSCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, err := cfssl.New(cfssl.Config{URL: leafURL, CredentialsFile: w.up.KeyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk := testkit.Key(t, certs.ECP256)
+	lcsr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: "meshid intermediate CA"}, URIs: []*url.URL{td},
+	}, lk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := lf.MintX509CA(t.Context(), lcsr, 2*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	return []badSecret{
 		{"another CA's intermediate", edit(func(d map[string][]byte) {
 			d[keystore.CACertFile], d[keystore.CAKeyFile], d[keystore.CertChainFile] = certs.EncodeCertificates(other), keyPEM(k), nil
@@ -511,6 +534,9 @@ func badSecrets(t *testing.T, w *world, good map[string][]byte) []badSecret {
 		{"expired", edit(func(d map[string][]byte) {
 			d[keystore.CACertFile], d[keystore.CAKeyFile] = certs.EncodeCertificates(m.Chain[0]), keyPEM(ek)
 		}), "expired at"},
+		{"a leaf of the upstream", edit(func(d map[string][]byte) {
+			d[keystore.CACertFile], d[keystore.CAKeyFile] = certs.EncodeCertificates(leaf.Chain[0]), keyPEM(lk)
+		}), "not a CA"},
 		{"huge", edit(func(d map[string][]byte) {
 			d["padding"] = make([]byte, caserver.MaxUpstreamSecretSize)
 		}), "bytes, more than the 262144 allowed"},

@@ -272,8 +272,9 @@ func (u *upstreamKube) lead(ctx context.Context) {
 		case <-t.C():
 		}
 	}
-	u.log.Info("leading: the upstream intermediate is renewed by this replica", logs.KeySerial, b.Cert.SerialNumber.Text(16),
-		logs.KeyRenewAt, u.renewer.RenewAt(b, time.Time{}))
+	st, _ := u.renewer.Status()
+	u.log.Info("leading: the upstream intermediate is renewed by this replica", logs.KeySerial, st.Serial,
+		logs.KeyRenewAt, st.RenewAt)
 	_ = u.renewer.Run(ctx)
 }
 

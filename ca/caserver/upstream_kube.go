@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshid/meshid/ca/keystore"
-	kubeapi "github.com/meshid/meshid/ca/kubeclient"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/certs"
@@ -49,7 +49,7 @@ const upstreamWriteTimeout = 30 * time.Second
 // follows the leader's record (kubeRotationState). A follower never calls
 // the upstream.
 type upstreamKube struct {
-	client    kubeapi.Interface
+	client    kubeclient.Interface
 	namespace string
 	leader    func() bool
 	renewer   *upstream.Renewer
@@ -62,9 +62,9 @@ type upstreamKube struct {
 	// mu serialises the leader's write with the informer's handler, so
 	// that the leader's own write, seen back, is known.
 	mu   sync.Mutex
-	last *keystore.Bundle   // the newest valid intermediate seen or written
-	rot  *rotation.Rotation // nil until attach
-	once sync.Once          // closes first
+	last *keystore.Bundle  // the newest valid intermediate seen or written
+	rot  *rotation.Manager // nil until attach
+	once sync.Once         // closes first
 
 	tgt upstreamSecretWrite // the leader's Renewer Target
 }
@@ -123,7 +123,7 @@ func (a authorityRoots) Bundle() *keystore.Bundle {
 
 // run watches UpstreamSecret until ctx ends.
 func (u *upstreamKube) run(ctx context.Context) error {
-	inf := kubeapi.NamedSecretInformer(u.client, u.namespace, UpstreamSecret)
+	inf := kubeclient.NamedSecretInformer(u.client, u.namespace, UpstreamSecret)
 	handle := func(obj any) {
 		// The name check too: a fake client ignores the field selector.
 		if sec, ok := obj.(*corev1.Secret); ok && sec.Name == UpstreamSecret {
@@ -227,7 +227,7 @@ func (u *upstreamKube) wait(ctx context.Context) (*keystore.Bundle, error) {
 
 // attach hands the rotation every later intermediate, and the one seen
 // since wait returned, if any.
-func (u *upstreamKube) attach(r *rotation.Rotation) {
+func (u *upstreamKube) attach(r *rotation.Manager) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.rot = r

@@ -43,7 +43,7 @@ func TestCARBACIsMinimal(t *testing.T) {
 		{req{"update", "", "secrets", caNamespace, "meshid-jwt-keys", ""}, true},
 		{req{"update", "coordination.k8s.io", "leases", caNamespace, "meshid-jwt-keys", ""}, true},
 		// The upstream's intermediate (--upstream --kube-ca-secret): the
-		// leader writes it, every replica watches it (test/kube/upstream).
+		// leader writes it, every replica watches it (test/kube/upstreamha).
 		{req{"get", "", "secrets", caNamespace, "meshid-ca-upstream", ""}, true},
 		{req{"watch", "", "secrets", caNamespace, "meshid-ca-upstream", ""}, true},
 		{req{"update", "", "secrets", caNamespace, "meshid-ca-upstream", ""}, true},

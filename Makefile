@@ -30,7 +30,11 @@ run: build
 ## test: every suite, including the real kube-apiserver suite and the
 ## container images on a real Docker engine (.ci/run installs and starts one;
 ## without Docker, run `make test-unit`).
-test: lint test-unit test-observability test-spire test-kube test-node test-image
+## test-spire comes after the node suite: on a cold machine SPIRE is the last
+## binary .ci/run builds in the background, and the node suite's wait for
+## the kubelet's certificate refresh (10 minutes and more, mostly idle)
+## leaves it the CPU.
+test: lint test-unit test-observability test-kube test-node test-spire test-image
 
 ## test-unit: the main module's unit, integration and end-to-end tests,
 ## and the version-skew suite (test/skew: the previous release's binaries,

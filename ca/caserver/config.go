@@ -77,10 +77,12 @@ type Config struct {
 	CAKey *pkcs11.URI
 	// KubeCASecret keeps the CA in a Secret of Kube.Namespace, elects a
 	// leader and publishes the root ConfigMap (ca/kube); it needs a client.
+	// With Upstream the Secret is UpstreamSecret, written by the leader.
 	KubeCASecret bool
 	// Upstream, when its URL is set, has the organisation's CA mint and
-	// renew the CA's intermediate (ca/upstream); not with Bundle, CADir,
-	// KubeCASecret or CAKey.
+	// renew the CA's intermediate (ca/upstream); not with Bundle, CADir
+	// or CAKey. With KubeCASecret the elected replica mints and every
+	// replica signs with the intermediate it keeps in UpstreamSecret.
 	Upstream UpstreamConfig
 	// AdminSocket, when set, is the Unix socket (mode 0600) of the local
 	// admin API (`meshid certs activate`, `rotate-root`, `inspect --ca`).

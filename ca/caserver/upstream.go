@@ -41,8 +41,8 @@ func (cfg Config) checkUpstream() error {
 	if cfg.Upstream.URL == nil {
 		return nil
 	}
-	if cfg.Bundle != nil || cfg.CADir != "" || cfg.KubeCASecret || cfg.CAKey != nil {
-		return errors.New("caserver: --upstream mints the CA's intermediate: it excludes --ca-dir, --kube-ca-secret and --ca-key")
+	if cfg.Bundle != nil || cfg.CADir != "" || cfg.CAKey != nil {
+		return errors.New("caserver: --upstream mints the CA's intermediate: it excludes --ca-dir and --ca-key")
 	}
 	return nil
 }

@@ -122,12 +122,12 @@ func New(cfg Config) (_ *Server, err error) {
 	if s.apiserver, err = s.apiServerTracker(); err != nil {
 		return nil, err
 	}
-	if cfg.MonitoringListen != "" {
+	if cfg.Monitoring.Listen != "" {
 		s.monitor, err = monitor.New(monitor.Config{
-			Listen:   cfg.MonitoringListen,
+			Listen:   cfg.Monitoring.Listen,
 			Gatherer: cfg.Gatherer,
 			Ready:    s.Ready,
-			Handlers: pprofHandlers(cfg.Pprof),
+			Handlers: pprofHandlers(cfg.Monitoring.Pprof),
 			Logger:   cfg.Logger,
 		})
 		if err != nil {
@@ -191,7 +191,7 @@ func New(cfg Config) (_ *Server, err error) {
 		s.startUpstream(cmp.Or(next, b))
 		s.caDir, err = s.caDirWatcher()
 	}
-	if err == nil && s.kc != nil && !cfg.DisableRootConfigMap {
+	if err == nil && s.kc != nil && !cfg.Kube.DisableRootConfigMap {
 		// Whatever holds the key, a CA with a cluster publishes its roots
 		// (istio-ca-root-cert) from the elected leader, as istiod does.
 		s.kube, err = newKubeStack(cfg, s.kc.controllers, s.authority, nil)
@@ -245,15 +245,15 @@ func (s *Server) loadBundle() (*keystore.Bundle, error) {
 // when node mode is off or there is no cluster to see pods in.
 func (s *Server) nodeAuthorizer() (*nodeauth.Authorizer, error) {
 	cfg := s.cfg
-	if len(cfg.TrustedNodeAccounts) == 0 {
+	if len(cfg.Authn.TrustedNodeAccounts) == 0 {
 		return nil, nil
 	}
 	if s.kc == nil {
-		s.log.Warn("trusted node accounts are configured but there is no Kubernetes client to see their pods: every impersonation will be refused", logs.KeyAccounts, len(cfg.TrustedNodeAccounts))
+		s.log.Warn("trusted node accounts are configured but there is no Kubernetes client to see their pods: every impersonation will be refused", logs.KeyAccounts, len(cfg.Authn.TrustedNodeAccounts))
 		return nil, nil
 	}
 	return nodeauth.New(nodeauth.Config{
-		TrustedAccounts: cfg.TrustedNodeAccounts,
+		TrustedAccounts: cfg.Authn.TrustedNodeAccounts,
 		Client:          s.kc.controllers,
 		TrustDomain:     cfg.TrustDomain,
 		Logger:          cfg.Logger,
@@ -270,8 +270,8 @@ func (s *Server) newJWTKeys() error {
 	cfg := s.cfg
 	if s.kc != nil {
 		store, err := jwtsecret.New(jwtsecret.Config{
-			Client: s.kc.controllers, Namespace: cfg.Namespace, Candidate: election.Candidate{Identity: cfg.PodName},
-			Lifetime: cfg.JWTKeyLifetime, TTL: cfg.JWTSVIDTTL,
+			Client: s.kc.controllers, Namespace: cfg.Kube.Namespace, Candidate: election.Candidate{Identity: cfg.Kube.PodName},
+			Lifetime: cfg.JWT.KeyLifetime, TTL: cfg.JWT.SVIDTTL,
 			Clock: cfg.Clock, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		})
 		s.jwtKube, s.jwtKeys = store, store
@@ -286,7 +286,7 @@ func (s *Server) newJWTKeys() error {
 		}
 	}
 	local, err := jwtkeys.NewLocal(jwtkeys.LocalConfig{
-		Dir: dir, Lifetime: cfg.JWTKeyLifetime, TTL: cfg.JWTSVIDTTL, Clock: cfg.Clock, Logger: cfg.Logger,
+		Dir: dir, Lifetime: cfg.JWT.KeyLifetime, TTL: cfg.JWT.SVIDTTL, Clock: cfg.Clock, Logger: cfg.Logger,
 	})
 	s.jwtKeys = local
 	return err
@@ -308,9 +308,9 @@ func (s *Server) build(b *keystore.Bundle) error {
 	authority, err := ca.New(ca.Config{
 		TrustDomain:   cfg.TrustDomain,
 		Bundle:        b,
-		DefaultTTL:    cfg.DefaultTTL,
-		MaxTTL:        cfg.MaxTTL,
-		CapTTLToToken: cfg.CapTTLToToken,
+		DefaultTTL:    cfg.Issuance.DefaultTTL,
+		MaxTTL:        cfg.Issuance.MaxTTL,
+		CapTTLToToken: cfg.Issuance.CapTTLToToken,
 		Clock:         cfg.Clock,
 		Logger:        cfg.Logger,
 		Registerer:    cfg.Registerer,
@@ -326,7 +326,7 @@ func (s *Server) build(b *keystore.Bundle) error {
 	// ca/jwtissuer).
 	jwtIssuer, err := jwtissuer.New(jwtissuer.Config{
 		TrustDomain: cfg.TrustDomain,
-		TTL:         cfg.JWTSVIDTTL,
+		TTL:         cfg.JWT.SVIDTTL,
 		Keys:        s.jwtKeys,
 		Clock:       cfg.Clock,
 		Logger:      cfg.Logger,
@@ -337,16 +337,16 @@ func (s *Server) build(b *keystore.Bundle) error {
 	}
 	scfg := certservice.Config{
 		Authority:     authority,
-		Authenticator: authn.NewChain(append(auths, cfg.ExtraAuthenticators...)...),
+		Authenticator: authn.NewChain(append(auths, cfg.Authn.Extra...)...),
 		Listen:        cfg.Listen,
-		ServingDNS:    cfg.ServingDNS,
-		ServingTTL:    cfg.ServingTTL,
-		RateLimit:     cfg.RateLimit,
-		RateBurst:     cfg.RateBurst,
+		ServingDNS:    cfg.Serving.DNSNames,
+		ServingTTL:    cfg.Serving.CertTTL,
+		RateLimit:     cfg.Limits.Rate,
+		RateBurst:     cfg.Limits.Burst,
 		// Connection limits: hole 10 of the security review (SECURITY.md).
-		MaxConnections:      cfg.MaxConnections,
-		MaxConnectionsPerIP: cfg.MaxConnectionsPerIP,
-		FirstRequestTimeout: cfg.FirstRequestTimeout,
+		MaxConnections:      cfg.Limits.MaxConnections,
+		MaxConnectionsPerIP: cfg.Limits.MaxConnectionsPerIP,
+		FirstRequestTimeout: cfg.Limits.FirstRequestTimeout,
 		JWT:                 jwtIssuer,
 		Federation:          s.fed.bundles(),
 		Clock:               cfg.Clock,
@@ -383,20 +383,20 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 		s.mu.Lock()
 		s.bound = v
 		s.mu.Unlock()
-		out = prepend(v, cfg.ClusterID, out)
+		out = prepend(v, cfg.Clusters.ID, out)
 	}
 	if s.router != nil { // TokenReview, by the cluster the request names
 		out = append(out, s.router)
 	} else { // no other cluster: a token for one is refused, as the router would
-		out = append(out, cluster.LocalOnly(cfg.ClusterID))
+		out = append(out, cluster.LocalOnly(cfg.Clusters.ID))
 	}
-	if cfg.JWKSFile != "" || cfg.JWTIssuer != "" {
+	if cfg.Authn.JWKSFile != "" || cfg.Authn.JWTIssuer != "" {
 		j, err := authn.NewJWT(authn.JWTConfig{
-			Issuer:    cfg.JWTIssuer,
-			Audiences: cfg.TokenAudiences,
-			JWKSFile:  cfg.JWKSFile,
+			Issuer:    cfg.Authn.JWTIssuer,
+			Audiences: cfg.Authn.TokenAudiences,
+			JWKSFile:  cfg.Authn.JWKSFile,
 			// MaxTokenLifetime: hole 12 of the security review.
-			MaxTokenLifetime: cfg.MaxTokenLifetime,
+			MaxTokenLifetime: cfg.Authn.MaxTokenLifetime,
 			Clock:            cfg.Clock,
 			Logger:           cfg.Logger,
 			Registerer:       cfg.Registerer,
@@ -408,7 +408,7 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 	}
 	cc, err := authn.NewClientCert(authn.ClientCertConfig{
 		TrustDomain:        authority.TrustDomain(),
-		TrustDomainAliases: cfg.TrustDomainAliases,
+		TrustDomainAliases: cfg.Authn.TrustDomainAliases,
 		Roots:              func() []*x509.Certificate { return authority.Bundle().Roots },
 		// With a plugged intermediate CA, a client presenting only its leaf
 		// still chains to the roots through the signing CA.
@@ -422,7 +422,7 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 		return nil, nil, err
 	}
 	out = append(out, cc)
-	if s.kc == nil && cfg.JWKSFile == "" && cfg.JWTIssuer == "" && len(cfg.ExtraAuthenticators) == 0 {
+	if s.kc == nil && cfg.Authn.JWKSFile == "" && cfg.Authn.JWTIssuer == "" && len(cfg.Authn.Extra) == 0 {
 		s.log.Warn("no token authenticator configured (--kubeconfig, --jwks-file or --jwt-issuer); only client-certificate renewals will be accepted")
 	}
 	return out, jwt, nil
@@ -504,7 +504,7 @@ func (s *Server) Ready() error {
 // Run serves until ctx ends or a component fails.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.closeKey()
-	applyGC(s.cfg.GCPercent, s.cfg.MemoryLimit)
+	applyGC(s.cfg.Runtime.GCPercent, s.cfg.Runtime.MemoryLimit)
 	if s.monitor != nil {
 		if err := s.monitor.Listen(); err != nil {
 			return err
@@ -564,7 +564,7 @@ func (s *Server) Run(ctx context.Context) error {
 		if s.upKube != nil {
 			b, err = s.upKube.wait(ctx)
 		} else {
-			b, err = s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)
+			b, err = s.kube.waitForBundle(ctx, s.log, s.cfg.Kube.Namespace)
 		}
 		if err == nil {
 			err = s.build(b)

@@ -48,13 +48,17 @@ func TestUnauthenticatedCallsDoNotHoldConnectionSlots(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	reg := prometheus.NewRegistry()
 	s := testkit.CA(t, caserver.Config{
-		TrustDomain:    exampleTD,
-		StateDir:       dir,
-		JWTIssuer:      iss.Issuer(),
-		JWKSFile:       filepath.Join(dir, devissuer.JWKSFile),
-		MaxConnections: slots,
-		Clock:          clk,
-		Registerer:     reg,
+		TrustDomain: exampleTD,
+		StateDir:    dir,
+		Authn: caserver.AuthnConfig{
+			JWTIssuer: iss.Issuer(),
+			JWKSFile:  filepath.Join(dir, devissuer.JWKSFile),
+		},
+		Limits: caserver.LimitsConfig{
+			MaxConnections: slots,
+		},
+		Clock:      clk,
+		Registerer: reg,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard) // a safety bound only
 	defer cancel()

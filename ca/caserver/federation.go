@@ -26,12 +26,12 @@ type federationParts struct {
 // newFederation builds the configured parts, or returns nil.
 func (s *Server) newFederation() (*federationParts, error) {
 	cfg := s.cfg
-	if cfg.BundleEndpoint.Listen == "" && len(cfg.FederateWith) == 0 {
+	if cfg.Federation.BundleEndpoint.Listen == "" && len(cfg.Federation.Peers) == 0 {
 		return nil, nil
 	}
 	f := &federationParts{}
-	if cfg.BundleEndpoint.Listen != "" {
-		ec := cfg.BundleEndpoint
+	if cfg.Federation.BundleEndpoint.Listen != "" {
+		ec := cfg.Federation.BundleEndpoint
 		ec.TrustDomain, ec.Source, ec.Authority = cfg.TrustDomain, f.source(s.Authority), s.Authority
 		ec.Clock, ec.Logger, ec.Registerer = cfg.Clock, cfg.Logger, cfg.Registerer
 		e, err := spiffefed.NewEndpoint(ec)
@@ -40,9 +40,9 @@ func (s *Server) newFederation() (*federationParts, error) {
 		}
 		f.endpoint = e
 	}
-	if len(cfg.FederateWith) > 0 {
+	if len(cfg.Federation.Peers) > 0 {
 		fed, err := spiffefed.New(spiffefed.Config{
-			TrustDomain: cfg.TrustDomain, Peers: cfg.FederateWith, StateDir: cfg.StateDir,
+			TrustDomain: cfg.TrustDomain, Peers: cfg.Federation.Peers, StateDir: cfg.StateDir,
 			Clock: cfg.Clock, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		})
 		if err != nil {

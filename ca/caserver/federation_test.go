@@ -25,7 +25,9 @@ func TestBundleEndpointServesTheRotationUnion(t *testing.T) {
 	td := spiffeid.RequireTrustDomainFromString("b.example")
 	s := testkit.CA(t, caserver.Config{
 		TrustDomain: td, StateDir: dir, Registerer: prometheus.NewRegistry(),
-		BundleEndpoint: spiffefed.EndpointConfig{Listen: "127.0.0.1:0"},
+		Federation: caserver.FederationConfig{
+			BundleEndpoint: spiffefed.EndpointConfig{Listen: "127.0.0.1:0"},
+		},
 	})
 	url := "https://" + s.BundleEndpointAddr().String() + "/"
 	rootFile := filepath.Join(dir, keystore.RootCertFile)

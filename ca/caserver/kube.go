@@ -23,7 +23,7 @@ import (
 type kubeClients struct {
 	auth, controllers kubeclient.Interface
 	// metadata serves the bound-token verifier's informers, at the
-	// controllers' rate limit; nil with Config.KubeClient.
+	// controllers' rate limit; nil with Config.Kube.Client.
 	metadata metadata.Interface
 	// podcerts answers PodCertificateRequests, at the TokenReview
 	// client's rate (one status write per pod certificate, a restart
@@ -31,13 +31,13 @@ type kubeClients struct {
 	podcerts kubeclient.Interface
 }
 
-// newKubeClients returns cfg.KubeClient for both, clients from Kubeconfig
+// newKubeClients returns cfg.Kube.Client for both, clients from Kubeconfig
 // or the in-cluster config, or nil outside a cluster with no kubeconfig.
 func newKubeClients(cfg Config) (*kubeClients, error) {
-	if cfg.KubeClient != nil {
-		return &kubeClients{auth: cfg.KubeClient, controllers: cfg.KubeClient}, nil
+	if cfg.Kube.Client != nil {
+		return &kubeClients{auth: cfg.Kube.Client, controllers: cfg.Kube.Client}, nil
 	}
-	cs, err := kubeclient.NewClients(kubeclient.Config{Kubeconfig: cfg.Kubeconfig, QPS: cfg.KubeQPS, Burst: cfg.KubeBurst})
+	cs, err := kubeclient.NewClients(kubeclient.Config{Kubeconfig: cfg.Kube.Kubeconfig, QPS: cfg.Kube.QPS, Burst: cfg.Kube.Burst})
 	if errors.Is(err, kubeclient.ErrNotInCluster) {
 		return nil, nil
 	}
@@ -49,7 +49,7 @@ func newKubeClients(cfg Config) (*kubeClients, error) {
 		return nil, fmt.Errorf("caserver: kubernetes metadata client: %w", err)
 	}
 	kc := &kubeClients{auth: cs.Auth, controllers: cs.Controllers, metadata: md}
-	if cfg.PodCertificateSigner != "" {
+	if cfg.Kube.PodCertificateSigner != "" {
 		pc := rest.CopyConfig(cs.AuthConfig)
 		pc.UserAgent = kubeclient.DefaultUserAgent + "/podcertificates"
 		if kc.podcerts, err = kubeclient.New(pc); err != nil {
@@ -71,12 +71,12 @@ type kubeStack struct {
 func newKubeStack(cfg Config, kc kubeclient.Interface, roots kube.RootSource, lead func(context.Context)) (*kubeStack, error) {
 	kcfg := kube.Config{
 		Client:            kc,
-		Namespace:         cfg.Namespace,
-		Candidate:         election.Candidate{Identity: cfg.PodName},
+		Namespace:         cfg.Kube.Namespace,
+		Candidate:         election.Candidate{Identity: cfg.Kube.PodName},
 		TrustDomain:       cfg.TrustDomain.Name(),
 		RootKeyType:       cfg.RootKeyType,
-		DisablePublisher:  cfg.DisableRootConfigMap,
-		PublishNamespaces: cfg.RootConfigMapNamespaces,
+		DisablePublisher:  cfg.Kube.DisableRootConfigMap,
+		PublishNamespaces: cfg.Kube.RootConfigMapNamespaces,
 		Clock:             cfg.Clock,
 		Logger:            cfg.Logger,
 		Registerer:        cfg.Registerer,
@@ -104,7 +104,7 @@ func (k *kubeStack) waitForBundle(ctx context.Context, log *slog.Logger, namespa
 // rotationState returns the rotation's Store in the cluster, written by
 // the elected leader, and keeps it for followRotation.
 func (k *kubeStack) rotationState(cfg Config, kc kubeclient.Interface) *kubeRotationState {
-	k.state = &kubeRotationState{client: kc, namespace: cfg.Namespace, leader: k.ctrl.IsLeader, log: cfg.Logger}
+	k.state = &kubeRotationState{client: kc, namespace: cfg.Kube.Namespace, leader: k.ctrl.IsLeader, log: cfg.Logger}
 	return k.state
 }
 

@@ -25,7 +25,7 @@ import (
 func kubeCA(t *testing.T, client *fake.Clientset, pod string) *caserver.Server {
 	t.Helper()
 	logs := testkit.NewLogRecorder()
-	s := testkit.CA(t, caserver.Config{KubeClient: client, KubeCASecret: true, PodName: pod, Logger: logs.Logger()})
+	s := testkit.CA(t, caserver.Config{Kube: caserver.KubeConfig{Client: client, PodName: pod}, KubeCASecret: true, Logger: logs.Logger()})
 	logs.WaitFor(t, "meshid CA serving", 1)
 	return s
 }

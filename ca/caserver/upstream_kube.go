@@ -94,7 +94,7 @@ func (s *Server) newUpstreamKube() error {
 	}
 	u := &upstreamKube{
 		client:    s.kc.controllers,
-		namespace: cfg.Namespace,
+		namespace: cfg.Kube.Namespace,
 		renewer:   s.upstream,
 		clock:     cfg.Clock,
 		log:       cfg.Logger.With(logs.KeyComponent, "ca-upstream", logs.KeySecret, UpstreamSecret),

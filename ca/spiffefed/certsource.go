@@ -15,6 +15,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // certFileCheck is how often the https_web certificate files are checked
@@ -113,14 +114,14 @@ func (f *fileCert) load() error {
 	c, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
 	if err != nil {
 		if f.cur != nil {
-			f.log.Warn("bundle endpoint certificate files did not load; serving the previous certificate", "cert", f.certFile, "error", err)
+			f.log.Warn("bundle endpoint certificate files did not load; serving the previous certificate", logs.KeyCert, f.certFile, logs.KeyError, err)
 			f.stamp = stamp // once per change, not per handshake
 			return nil
 		}
 		return fmt.Errorf("spiffefed: bundle endpoint certificate: %w", err)
 	}
 	if f.cur != nil {
-		f.log.Info("bundle endpoint certificate reloaded", "cert", f.certFile, "not_after", c.Leaf.NotAfter.UTC())
+		f.log.Info("bundle endpoint certificate reloaded", logs.KeyCert, f.certFile, logs.KeyNotAfter, c.Leaf.NotAfter.UTC())
 	}
 	f.cur, f.stamp = &c, stamp
 	return nil

@@ -182,7 +182,7 @@ func (e *Endpoint) guard(h http.Handler) http.Handler {
 		h.ServeHTTP(rec, r)
 		code = rec.code
 		if code != http.StatusOK {
-			e.cfg.Logger.Warn("bundle endpoint cannot serve the bundle", "code", code)
+			e.cfg.Logger.Warn("bundle endpoint cannot serve the bundle", logs.KeyCode, code)
 		}
 	})
 }
@@ -258,8 +258,8 @@ func (e *Endpoint) Run(ctx context.Context) error {
 	if err := e.Listen(); err != nil {
 		return err
 	}
-	e.cfg.Logger.Info("bundle endpoint serving", "address", e.Addr().String(), "profile", string(e.cfg.Profile),
-		"trust_domain", e.cfg.TrustDomain.Name(), "refresh_hint", e.cfg.RefreshHint)
+	e.cfg.Logger.Info("bundle endpoint serving", logs.KeyAddress, e.Addr().String(), logs.KeyProfile, string(e.cfg.Profile),
+		logs.KeyTrustDomain, e.cfg.TrustDomain.Name(), logs.KeyRefreshHint, e.cfg.RefreshHint)
 	done := make(chan error, 1)
 	go func() { done <- e.srv.ServeTLS(e.ln, "", "") }()
 	select {

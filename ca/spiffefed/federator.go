@@ -218,7 +218,7 @@ func (f *Federator) publish() {
 		}
 		enc, err := b.Marshal()
 		if err != nil {
-			f.cfg.Logger.Error("federated bundle cannot be encoded", "trust_domain", b.TrustDomain().Name(), "error", err)
+			f.cfg.Logger.Error("federated bundle cannot be encoded", logs.KeyTrustDomain, b.TrustDomain().Name(), logs.KeyError, err)
 			continue
 		}
 		id := b.TrustDomain().IDString()
@@ -263,7 +263,7 @@ func (f *Federator) refresh(ctx context.Context, ps *peerState) time.Duration {
 		// (a ConfigMap key mounted in the pod) takes effect at the next one;
 		// one that cannot be read keeps the roots read last.
 		if roots, err := webRoots(p.CAFile); err != nil {
-			f.cfg.Logger.Warn("federation ca-file unreadable; keeping the roots read last", "trust_domain", p.TrustDomain.Name(), "error", err)
+			f.cfg.Logger.Warn("federation ca-file unreadable; keeping the roots read last", logs.KeyTrustDomain, p.TrustDomain.Name(), logs.KeyError, err)
 		} else {
 			ps.client = newClient(p, f, roots)
 		}
@@ -281,8 +281,8 @@ func (f *Federator) refresh(ctx context.Context, ps *peerState) time.Duration {
 		ps.mu.Lock()
 		ps.lastFailure, ps.lastErr = now, err.Error()
 		ps.mu.Unlock()
-		f.cfg.Logger.Warn("federated bundle refused; keeping the last good one", "trust_domain", p.TrustDomain.Name(),
-			"url", p.URL, "reason", reason, "error", err, "have_bundle", cur != nil)
+		f.cfg.Logger.Warn("federated bundle refused; keeping the last good one", logs.KeyTrustDomain, p.TrustDomain.Name(),
+			logs.KeyURL, p.URL, logs.KeyReason, reason, logs.KeyError, err, logs.KeyHaveBundle, cur != nil)
 		return min(refreshOf(cur), MaxRetry)
 	}
 	ps.mu.Lock()
@@ -294,8 +294,8 @@ func (f *Federator) refresh(ctx context.Context, ps *peerState) time.Duration {
 	ps.mu.Unlock()
 	if changed {
 		seq, _ := b.SequenceNumber()
-		f.cfg.Logger.Info("federated bundle updated", "trust_domain", p.TrustDomain.Name(), "sequence", seq,
-			"x509_authorities", len(b.X509Authorities()), "jwt_authorities", len(b.JWTAuthorities()))
+		f.cfg.Logger.Info("federated bundle updated", logs.KeyTrustDomain, p.TrustDomain.Name(), logs.KeySequence, seq,
+			logs.KeyX509Authorities, len(b.X509Authorities()), logs.KeyJWTAuthorities, len(b.JWTAuthorities()))
 		f.persist(b)
 		f.publish()
 	}

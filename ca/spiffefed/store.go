@@ -11,6 +11,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
 
 	"github.com/meshid/meshid/certs"
+	"github.com/meshid/meshid/internal/logs"
 )
 
 // stateSubdir is the directory of the persisted bundles in StateDir.
@@ -36,7 +37,7 @@ func (f *Federator) persist(b *spiffebundle.Bundle) {
 		err = certs.WriteFileAtomic(f.statePath(ps.peer), data, 0o644)
 	}
 	if err != nil {
-		f.cfg.Logger.Warn("federated bundle not persisted: a restart will start from the bootstrap bundle", "trust_domain", b.TrustDomain().Name(), "error", err)
+		f.cfg.Logger.Warn("federated bundle not persisted: a restart will start from the bootstrap bundle", logs.KeyTrustDomain, b.TrustDomain().Name(), logs.KeyError, err)
 	}
 }
 
@@ -52,7 +53,7 @@ func (f *Federator) startBundle(p Peer) (*spiffebundle.Bundle, error) {
 			return nil, err
 		default:
 			if kept, err = spiffebundle.Parse(p.TrustDomain, data); err != nil {
-				f.cfg.Logger.Warn("persisted federated bundle ignored", "trust_domain", p.TrustDomain.Name(), "error", err)
+				f.cfg.Logger.Warn("persisted federated bundle ignored", logs.KeyTrustDomain, p.TrustDomain.Name(), logs.KeyError, err)
 				kept = nil
 			}
 		}

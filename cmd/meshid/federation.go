@@ -31,7 +31,7 @@ func (f *federationFlags) register(fs *pflag.FlagSet) {
 
 // apply sets the federation fields of cfg (after its TrustDomain).
 func (f *federationFlags) apply(cfg *caserver.Config) error {
-	cfg.BundleEndpoint = spiffefed.EndpointConfig{
+	cfg.Federation.BundleEndpoint = spiffefed.EndpointConfig{
 		Listen: f.listen, Profile: spiffefed.Profile(f.profile), CertFile: f.certFile, KeyFile: f.keyFile, RefreshHint: f.refreshHint,
 	}
 	if f.listen != "" {
@@ -40,7 +40,7 @@ func (f *federationFlags) apply(cfg *caserver.Config) error {
 		}
 	}
 	var err error
-	if cfg.FederateWith, err = spiffefed.ParsePeers(f.federateWith, cfg.TrustDomain); err != nil {
+	if cfg.Federation.Peers, err = spiffefed.ParsePeers(f.federateWith, cfg.TrustDomain); err != nil {
 		return fmt.Errorf("--federate-with: %w", err)
 	}
 	return nil

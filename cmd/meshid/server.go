@@ -145,43 +145,57 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 		return caserver.Config{}, fmt.Errorf("--root-key-type: %w", err)
 	}
 	cfg := caserver.Config{
-		Listen:                f.listen,
-		TrustDomain:           td,
-		CADir:                 f.caDir,
-		StateDir:              f.stateDir,
-		RootKeyType:           keyType,
-		DefaultTTL:            f.defaultTTL,
-		MaxTTL:                f.maxTTL,
-		ServingDNS:            f.servingDNS,
-		RateLimit:             f.rateLimit,
-		Kubeconfig:            f.kubeconfig,
-		KubeCASecret:          f.kubeCASecret,
-		PodCertificateSigner:  f.podCertSigner,
-		PodCertificateRefresh: f.podCertRefresh,
-		Namespace:             f.namespace,
-		PodName:               f.podName,
-		TokenAudiences:        f.tokenAudiences,
-		JWTIssuer:             f.jwtIssuer,
-		JWKSFile:              f.jwksFile,
-		MonitoringListen:      f.monitoringListen,
-		Pprof:                 f.pprof,
+		Listen:      f.listen,
+		TrustDomain: td,
+		CADir:       f.caDir,
+		StateDir:    f.stateDir,
+		RootKeyType: keyType,
+		Issuance: caserver.IssuanceConfig{
+			DefaultTTL:    f.defaultTTL,
+			MaxTTL:        f.maxTTL,
+			CapTTLToToken: f.capTTLToToken,
+		},
+		Serving: caserver.ServingConfig{
+			DNSNames: f.servingDNS,
+			CertTTL:  f.servingTTL,
+		},
+		Limits: caserver.LimitsConfig{
+			Rate:                f.rateLimit,
+			MaxConnections:      f.maxConnections,
+			MaxConnectionsPerIP: f.maxConnectionsPerIP,
+			FirstRequestTimeout: f.firstRequestTimeout,
+		},
+		Kube: caserver.KubeConfig{
+			Kubeconfig:            f.kubeconfig,
+			PodCertificateSigner:  f.podCertSigner,
+			PodCertificateRefresh: f.podCertRefresh,
+			Namespace:             f.namespace,
+			PodName:               f.podName,
+			APIServerGrace:        f.apiServerGrace,
+			QPS:                   f.kubeQPS,
+			Burst:                 f.kubeBurst,
+			DisableRootConfigMap:  !f.publishRootCM,
+		},
+		KubeCASecret: f.kubeCASecret,
+		Authn: caserver.AuthnConfig{
+			TokenAudiences:     f.tokenAudiences,
+			JWTIssuer:          f.jwtIssuer,
+			JWKSFile:           f.jwksFile,
+			MaxTokenLifetime:   f.maxTokenLifetime,
+			TokenReviewIssuers: f.tokenReviewIssuers,
+		},
+		Monitoring: caserver.MonitoringConfig{
+			Listen: f.monitoringListen,
+			Pprof:  f.pprof,
+		},
 
-		CapTTLToToken:        f.capTTLToToken,
-		MaxTokenLifetime:     f.maxTokenLifetime,
-		TokenReviewIssuers:   f.tokenReviewIssuers,
-		MaxConnections:       f.maxConnections,
-		MaxConnectionsPerIP:  f.maxConnectionsPerIP,
-		FirstRequestTimeout:  f.firstRequestTimeout,
-		APIServerGrace:       f.apiServerGrace,
-		ServingTTL:           f.servingTTL,
-		JWTSVIDTTL:           f.jwtSVIDTTL,
-		JWTKeyLifetime:       f.jwtKeyLifetime,
-		KubeQPS:              f.kubeQPS,
-		KubeBurst:            f.kubeBurst,
-		DisableRootConfigMap: !f.publishRootCM,
+		JWT: caserver.JWTConfig{
+			SVIDTTL:     f.jwtSVIDTTL,
+			KeyLifetime: f.jwtKeyLifetime,
+		},
 	}
 	if v, ok := lookup("GOGC"); ok && v != "" {
-		cfg.GCPercent = -1 // the runtime applied the operator's GOGC: caserver keeps it
+		cfg.Runtime.GCPercent = -1 // the runtime applied the operator's GOGC: caserver keeps it
 	}
 	if err := f.applyParsed(&cfg); err != nil {
 		return caserver.Config{}, err
@@ -191,22 +205,22 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 
 // applyParsed sets cfg's fields parsed from strings, and the flag groups'.
 func (f *serverFlags) applyParsed(cfg *caserver.Config) (err error) {
-	if cfg.TokenVerification, err = boundtoken.ParseMode(f.tokenVerification); err != nil {
+	if cfg.Authn.TokenVerification, err = boundtoken.ParseMode(f.tokenVerification); err != nil {
 		return fmt.Errorf("--token-verification: %w", err)
 	}
 	f.rotation.apply(cfg)
-	if cfg.PodCertificateSigner != "" {
-		if err := podcert.ValidateSignerName(cfg.PodCertificateSigner); err != nil {
+	if cfg.Kube.PodCertificateSigner != "" {
+		if err := podcert.ValidateSignerName(cfg.Kube.PodCertificateSigner); err != nil {
 			return fmt.Errorf("--pod-certificate-signer: %w", err)
 		}
 	}
-	if r := cfg.PodCertificateRefresh; !(r > 0 && r < 1) {
+	if r := cfg.Kube.PodCertificateRefresh; !(r > 0 && r < 1) {
 		return fmt.Errorf("--pod-certificate-refresh-ratio %v is not in (0,1)", r)
 	}
-	if cfg.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
+	if cfg.Kube.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
 		return fmt.Errorf("--root-configmap-namespaces: %w", err)
 	}
-	if cfg.TrustedNodeAccounts, err = nodeauth.ParseTrustedAccounts(f.trustedNodeAccounts); err != nil {
+	if cfg.Authn.TrustedNodeAccounts, err = nodeauth.ParseTrustedAccounts(f.trustedNodeAccounts); err != nil {
 		return fmt.Errorf("--trusted-node-accounts: %w", err)
 	}
 	if err := f.cluster.apply(cfg); err != nil {

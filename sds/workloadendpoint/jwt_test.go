@@ -41,7 +41,7 @@ func TestJWTSVIDAcrossAgentsRealCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca := testkit.CA(t, caserver.Config{StateDir: dir, JWTIssuer: iss.Issuer(), JWKSFile: filepath.Join(dir, devissuer.JWKSFile)})
+	ca := testkit.CA(t, caserver.Config{StateDir: dir, Authn: caserver.AuthnConfig{JWTIssuer: iss.Issuer(), JWKSFile: filepath.Join(dir, devissuer.JWKSFile)}})
 	startAgent := func(sa string) string {
 		tok, err := iss.Mint("default", sa, []string{"istio-ca"}, time.Hour, time.Now())
 		if err != nil {

@@ -78,12 +78,18 @@ func (m *mesh) newCA(t *testing.T, peer *mesh) *devissuer.Issuer {
 	}
 	m.ca, err = caserver.New(caserver.Config{
 		Listen: "127.0.0.1:0", TrustDomain: m.td, StateDir: m.dir, AdminSocket: m.adminSock,
-		JWTIssuer: iss.Issuer(), JWKSFile: filepath.Join(m.dir, devissuer.JWKSFile),
-		BundleEndpoint: spiffefed.EndpointConfig{Listen: m.endpoint, RefreshHint: m.hint},
-		FederateWith: []spiffefed.Peer{{
-			TrustDomain: peer.td, URL: "https://" + peer.endpoint + "/", Profile: spiffefed.ProfileSPIFFE,
-			EndpointID: spiffefed.EndpointID(peer.td), BundleFile: filepath.Join(peer.dir, keystore.RootCertFile),
-		}},
+		Authn: caserver.AuthnConfig{
+			JWTIssuer: iss.Issuer(),
+			JWKSFile:  filepath.Join(m.dir, devissuer.JWKSFile),
+		},
+
+		Federation: caserver.FederationConfig{
+			BundleEndpoint: spiffefed.EndpointConfig{Listen: m.endpoint, RefreshHint: m.hint},
+			Peers: []spiffefed.Peer{{
+				TrustDomain: peer.td, URL: "https://" + peer.endpoint + "/", Profile: spiffefed.ProfileSPIFFE,
+				EndpointID: spiffefed.EndpointID(peer.td), BundleFile: filepath.Join(peer.dir, keystore.RootCertFile),
+			}},
+		},
 		Logger: m.logs.Logger(),
 	})
 	if err != nil {

@@ -195,7 +195,7 @@ func troubleTimeline(t *testing.T) timeline {
 	// A federated trust domain whose bundle endpoint is gone: its bundle
 	// is never refreshed.
 	peer := spiffefed.Peer{TrustDomain: spiffeid.RequireTrustDomainFromString("gone.example"), URL: "https://" + closedAddr(t) + "/", Profile: spiffefed.ProfileWeb}
-	c := startCA(t, "meshid-0", caserver.Config{RateLimit: 1, RateBurst: 1, MaxConnectionsPerIP: 3, FederateWith: []spiffefed.Peer{peer}})
+	c := startCA(t, "meshid-0", caserver.Config{Limits: caserver.LimitsConfig{Rate: 1, Burst: 1, MaxConnectionsPerIP: 3}, Federation: caserver.FederationConfig{Peers: []spiffefed.Peer{peer}}})
 	short, shortT, _ := runAgent(t, "short-0", c.srv.Addr().String(), c.rootFile(), c.tokenFile(t, "shop", "short"), 30*time.Minute, nil)
 	if s, err := fetch(t, short); err != nil || time.Until(s.NotAfter) > 30*time.Minute {
 		t.Fatalf("short-lived agent: %v, %v", s, err)

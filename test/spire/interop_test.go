@@ -168,10 +168,16 @@ func startMeshCA(t *testing.T, dir, endpoint string, peer spiffefed.Peer) (*case
 	logs := testkit.NewLogRecorder()
 	ca, err := caserver.New(caserver.Config{
 		Listen: "127.0.0.1:0", TrustDomain: meshTD, StateDir: dir,
-		JWTIssuer: iss.Issuer(), JWKSFile: filepath.Join(dir, devissuer.JWKSFile),
-		BundleEndpoint: spiffefed.EndpointConfig{Listen: endpoint},
-		FederateWith:   []spiffefed.Peer{peer},
-		Logger:         logs.Logger(),
+		Authn: caserver.AuthnConfig{
+			JWTIssuer: iss.Issuer(),
+			JWKSFile:  filepath.Join(dir, devissuer.JWKSFile),
+		},
+
+		Federation: caserver.FederationConfig{
+			BundleEndpoint: spiffefed.EndpointConfig{Listen: endpoint},
+			Peers:          []spiffefed.Peer{peer},
+		},
+		Logger: logs.Logger(),
 	})
 	if err != nil {
 		t.Fatal(err)

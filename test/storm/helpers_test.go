@@ -84,10 +84,19 @@ func startCA(t *testing.T, clk *clock.Fake, rate float64, burst int, wrap ...fun
 	// The CA assembly `meshid server` runs, with a self-signed root made
 	// at the fake time.
 	srv := testkit.CA(t, caserver.Config{
-		TrustDomain: td, ExtraAuthenticators: []authn.Authenticator{auth},
-		RateLimit: rate, RateBurst: burst, Clock: clk, Logger: quiet, Registerer: s.reg,
+		TrustDomain: td, Authn: caserver.AuthnConfig{
+			Extra: []authn.Authenticator{auth},
+		},
+
+		Limits: caserver.LimitsConfig{
+			Rate:  rate,
+			Burst: burst,
+		},
+		Clock: clk, Logger: quiet, Registerer: s.reg,
 		// No root-rotation timer: the storm counts the fake clock's waiters.
-		RootRotationThreshold: -1,
+		Rotation: caserver.RotationConfig{
+			RootThreshold: -1,
+		},
 	})
 	s.authority, s.addr = srv.Authority(), srv.Addr().String()
 	return s

@@ -111,7 +111,7 @@ func NewRenewer(cfg RenewerConfig) (*Renewer, error) {
 	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	r := &Renewer{
 		cfg: cfg,
-		log: cfg.Logger.With("component", "ca-upstream", "upstream", cfg.Name),
+		log: cfg.Logger.With(logs.KeyComponent, "ca-upstream", logs.KeyUpstream, cfg.Name),
 		mints: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshid_ca_upstream_mints_total",
 			Help: "Intermediates asked of the upstream CA, by result (ok, failed, refused).",
@@ -230,7 +230,7 @@ func (r *Renewer) renew(ctx context.Context) error {
 	}
 	if r.cfg.Save != nil {
 		if err := r.cfg.Save(b); err != nil {
-			r.log.Error("the new intermediate signs but could not be saved: a restart will mint again", "error", err)
+			r.log.Error("the new intermediate signs but could not be saved: a restart will mint again", logs.KeyError, err)
 		}
 	}
 	now := r.cfg.Clock.Now()
@@ -238,8 +238,8 @@ func (r *Renewer) renew(ctx context.Context) error {
 	r.current, r.since, r.failures, r.lastError = b, now, 0, ""
 	r.mu.Unlock()
 	r.log.Info("new intermediate minted by the upstream and offered to the rotation",
-		"subject", b.Cert.Subject.String(), "serial", b.Cert.SerialNumber.Text(16),
-		"not_after", b.Cert.NotAfter, "renew_at", r.RenewAt(b, now))
+		logs.KeySubject, b.Cert.Subject.String(), logs.KeySerial, b.Cert.SerialNumber.Text(16),
+		logs.KeyNotAfter, b.Cert.NotAfter, logs.KeyRenewAt, r.RenewAt(b, now))
 	return nil
 }
 
@@ -254,8 +254,8 @@ func (r *Renewer) failed(err error) time.Duration {
 	r.failures, r.lastFailure, r.lastError, r.retryAt = n, now, err.Error(), now.Add(d)
 	r.mu.Unlock()
 	r.log.Error("the upstream CA did not renew the intermediate; the current one keeps signing",
-		"error", err, "attempt", n, "retry_in", d.Round(time.Second),
-		"intermediate_not_after", cur.Cert.NotAfter, "remaining", cur.Cert.NotAfter.Sub(r.cfg.Clock.Now()).Round(time.Second))
+		logs.KeyError, err, logs.KeyAttempt, n, logs.KeyRetryIn, d.Round(time.Second),
+		logs.KeyCANotAfter, cur.Cert.NotAfter, logs.KeyRemaining, cur.Cert.NotAfter.Sub(r.cfg.Clock.Now()).Round(time.Second))
 	return d
 }
 

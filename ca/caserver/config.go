@@ -82,8 +82,9 @@ type Config struct {
 	// year), negative turns it off. Only for the self-signed root.
 	RootRotationThreshold time.Duration
 	// Upstream, when its URL is set, has the organisation's CA mint and
-	// renew the CA's intermediate (ca/upstream); not with Bundle, CADir,
-	// KubeCASecret or CAKey.
+	// renew the CA's intermediate (ca/upstream); not with Bundle, CADir or
+	// KubeCASecret. With CAKey, each intermediate's key is created in the
+	// module (CAKey's label, a new id each time).
 	Upstream UpstreamConfig
 	// AdminSocket, when set, is the Unix socket (mode 0600) of the local
 	// admin API (`meshid certs activate`, `rotate-root`, `inspect --ca`).

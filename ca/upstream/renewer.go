@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"crypto"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -52,6 +53,8 @@ type RenewerConfig struct {
 	TrustDomain spiffeid.TrustDomain
 	// KeyType of each new intermediate key; "" is certs.ECP256.
 	KeyType certs.KeyType
+	// Keys makes each new intermediate key; nil is SoftwareKeys.
+	Keys KeySource
 	// Lifetime asked for; 0 is DefaultLifetime.
 	Lifetime time.Duration
 	// RenewAt is the fraction of the intermediate's life at which it is
@@ -107,6 +110,9 @@ func NewRenewer(cfg RenewerConfig) (*Renewer, error) {
 	if cfg.KeyType == "" {
 		cfg.KeyType = certs.ECP256
 	}
+	if cfg.Keys == nil {
+		cfg.Keys = SoftwareKeys{}
+	}
 	cfg.Clock = clock.OrReal(cfg.Clock)
 	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	r := &Renewer{
@@ -134,12 +140,18 @@ func (r *Renewer) minLife() time.Duration {
 }
 
 // Mint asks the upstream for a new intermediate with a new key and returns
-// it as a CA bundle once Check accepts it. It changes nothing.
-func (r *Renewer) Mint(ctx context.Context) (*keystore.Bundle, error) {
-	key, err := certs.GenerateKey(r.cfg.KeyType)
+// it as a CA bundle once Check accepts it. It changes nothing: the key
+// made for a mint that fails is destroyed (a module key).
+func (r *Renewer) Mint(ctx context.Context) (_ *keystore.Bundle, err error) {
+	key, _, err := r.cfg.Keys.NewKey(r.cfg.KeyType)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("upstream: new intermediate key: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			r.destroy(key)
+		}
+	}()
 	id := spiffeid.RequireFromPath(r.cfg.TrustDomain, "")
 	u, _ := url.Parse(id.String())
 	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
@@ -226,6 +238,7 @@ func (r *Renewer) renew(ctx context.Context) error {
 	t := r.target
 	r.mu.Unlock()
 	if err := t.SetBundle(b); err != nil {
+		r.destroy(b.Key)
 		return fmt.Errorf("upstream: the rotation refused the new intermediate: %w", err)
 	}
 	if r.cfg.Save != nil {
@@ -241,6 +254,16 @@ func (r *Renewer) renew(ctx context.Context) error {
 		logs.KeySubject, b.Cert.Subject.String(), logs.KeySerial, b.Cert.SerialNumber.Text(16),
 		logs.KeyNotAfter, b.Cert.NotAfter, logs.KeyRenewAt, r.RenewAt(b, now))
 	return nil
+}
+
+// destroy erases key, made for an intermediate that will not sign, from
+// its module; a software key needs nothing.
+func (r *Renewer) destroy(key crypto.Signer) {
+	if d, ok := key.(Destroyer); ok {
+		if err := d.Destroy(); err != nil {
+			r.log.Error("the key made for a mint that failed could not be destroyed", logs.KeyKey, fmt.Sprint(key), logs.KeyError, err)
+		}
+	}
 }
 
 // failed records a failed renewal and returns the backoff before the next.

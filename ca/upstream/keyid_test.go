@@ -39,15 +39,15 @@ func TestReadKeyID(t *testing.T) {
 	}
 	for path, want := range map[string]string{
 		write("huge", append(upstream.EncodeKeyID(id), bytes.Repeat([]byte(" "), upstream.MaxKeyIDFileSize)...), 0o600): "more than",
-		write("writable", upstream.EncodeKeyID(id), 0o666):                                                             "lets others write",
-		filepath.Join(dir, "link"):                                                                                      "not a regular file",
-		write("garbage", []byte("-----BEGIN EC PRIVATE KEY-----\nsecret\n"), 0o600):                                    "not one",
-		write("extra", []byte(`{"pkcs11_id":"ab","pin":"1234"}`), 0o600):                                               "not one",
-		write("two", []byte(`{"pkcs11_id":"ab"}{"pkcs11_id":"cd"}`), 0o600):                                            "not one",
-		write("long", []byte(`{"pkcs11_id":"`+strings.Repeat("ab", 65)+`"}`), 0o600):                                   "1 to 64 bytes",
-		write("empty", []byte(`{"pkcs11_id":""}`), 0o600):                                                              "1 to 64 bytes",
-		write("nothex", []byte(`{"pkcs11_id":"zz"}`), 0o600):                                                           "1 to 64 bytes",
-		filepath.Join(dir, "absent"):                                                                                    "no such file",
+		write("writable", upstream.EncodeKeyID(id), 0o666):                                                              "lets others write",
+		filepath.Join(dir, "link"): "not a regular file",
+		write("garbage", []byte("-----BEGIN EC PRIVATE KEY-----\nsecret\n"), 0o600):  "not one",
+		write("extra", []byte(`{"pkcs11_id":"ab","pin":"1234"}`), 0o600):             "not one",
+		write("two", []byte(`{"pkcs11_id":"ab"}{"pkcs11_id":"cd"}`), 0o600):          "not one",
+		write("long", []byte(`{"pkcs11_id":"`+strings.Repeat("ab", 65)+`"}`), 0o600): "1 to 64 bytes",
+		write("empty", []byte(`{"pkcs11_id":""}`), 0o600):                            "1 to 64 bytes",
+		write("nothex", []byte(`{"pkcs11_id":"zz"}`), 0o600):                         "1 to 64 bytes",
+		filepath.Join(dir, "absent"):                                                 "no such file",
 	} {
 		_, err := upstream.ReadKeyID(path)
 		if err == nil || !strings.Contains(err.Error(), want) {

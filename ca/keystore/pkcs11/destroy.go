@@ -4,9 +4,11 @@ package pkcs11
 
 import (
 	"crypto"
+	"errors"
 	"fmt"
 
 	"github.com/ThalesGroup/crypto11"
+	miekg "github.com/miekg/pkcs11"
 )
 
 // Destroy erases the key pair from the module, then closes k. It first
@@ -60,7 +62,7 @@ type KeyInfo struct {
 // List returns the key pairs of the token of cfg.URI labelled with its
 // object= (every key pair when the URI has none). It reads attributes
 // only: no key leaves the module. Tests and operators use it to see which
-// keys the CA keeps.
+// keys the CA keeps. A key destroyed while it lists is left out.
 func List(cfg Config) ([]KeyInfo, error) {
 	k, err := prepare(cfg)
 	if err != nil {
@@ -75,7 +77,26 @@ func List(cfg Config) ([]KeyInfo, error) {
 		return nil, fmt.Errorf("pkcs11: open token %s in module %s: %w", tokenName(u), u.ModulePath, err)
 	}
 	defer ctx.Close()
-	var found []crypto11.Signer
+	for attempt := 0; ; attempt++ {
+		ks, err := list(ctx, u)
+		if err == nil || attempt == 2 || !vanished(err) {
+			return ks, err
+		}
+	}
+}
+
+// vanished reports whether err is the module saying that an object found
+// a moment ago is no longer there.
+func vanished(err error) bool {
+	var e miekg.Error
+	return errors.As(err, &e) && (e == miekg.CKR_OBJECT_HANDLE_INVALID || e == miekg.CKR_KEY_HANDLE_INVALID)
+}
+
+func list(ctx *crypto11.Context, u *URI) ([]KeyInfo, error) {
+	var (
+		found []crypto11.Signer
+		err   error
+	)
 	if u.Object == "" && len(u.ID) == 0 {
 		found, err = ctx.FindAllKeyPairs()
 	} else {
@@ -91,6 +112,9 @@ func List(cfg Config) ([]KeyInfo, error) {
 	out := make([]KeyInfo, 0, len(found))
 	for _, s := range found {
 		attrs, err := ctx.GetAttributes(s, []crypto11.AttributeType{crypto11.CkaId, crypto11.CkaLabel, crypto11.CkaSensitive, crypto11.CkaExtractable})
+		if vanished(err) {
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("pkcs11: list keys %s: %w", keyName(u), err)
 		}

@@ -280,7 +280,8 @@ func (s *Server) loadUpstreamNext(current *keystore.Bundle) (*keystore.Bundle, *
 // no longer names (a crash never leaves it naming a destroyed key). A
 // state file it cannot read stops it: nothing is destroyed.
 func (s *Server) collectUpstreamKeys() {
-	if s.upstreamKeys == nil || s.authority == nil || s.rotation == nil {
+	authority, rot := s.Authority(), s.Rotation()
+	if s.upstreamKeys == nil || authority == nil || rot == nil {
 		return
 	}
 	var named [][]byte
@@ -296,8 +297,8 @@ func (s *Server) collectUpstreamKeys() {
 			named = append(named, id)
 		}
 	}
-	inUse := []crypto.PublicKey{s.authority.Bundle().Cert.PublicKey}
-	if p := s.rotation.Status().Prepared; p != nil {
+	inUse := []crypto.PublicKey{authority.Bundle().Cert.PublicKey}
+	if p := rot.Status().Prepared; p != nil {
 		inUse = append(inUse, p.PublicKey)
 	}
 	s.upstreamKeys.Collect(inUse, named)
@@ -314,7 +315,7 @@ func (s *Server) runUpstream(ctx context.Context) error {
 	go func() {
 		defer close(done)
 		for {
-			changed := s.rotation.Changed()
+			changed := s.Rotation().Changed()
 			s.collectUpstreamKeys()
 			select {
 			case <-changed:

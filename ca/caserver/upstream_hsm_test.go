@@ -224,13 +224,52 @@ func TestUpstreamModuleKey(t *testing.T) {
 	last := s.Authority().Bundle().Cert
 	stop()
 
-	s2, reg2, _ := w.start(t)
+	s2, reg2, stop2 := w.start(t)
 	if n := mintsOK(t, reg2); n != 0 || !s2.Authority().Bundle().Cert.Equal(last) {
 		t.Fatalf("restarted: %v mints, signing %v: want the saved intermediate, no mint", n, s2.Authority().Bundle().Cert.SerialNumber)
 	}
 	k = w.onlyKey(t, last)
 	w.checkState(t, k.ID)
 	signChains(t, s2, w.td, w.up.Root)
+	stop2()
+
+	// Down past the intermediate's expiry: the restart mints with a new
+	// key and destroys the expired one's.
+	w.fake.Set(last.NotAfter.Add(time.Minute))
+	w.up.SetClock(t, w.fake.Now())
+	s3, reg3, _ := w.start(t)
+	if n := mintsOK(t, reg3); n != 1 || s3.Authority().Bundle().Cert.Equal(last) {
+		t.Fatalf("restarted after the expiry: %v mints; want 1, a new intermediate", n)
+	}
+	k3 := w.onlyKey(t, s3.Authority().Bundle().Cert)
+	if bytes.Equal(k3.ID, k.ID) {
+		t.Fatal("the expired intermediate's key was reused")
+	}
+	w.checkState(t, k3.ID)
+	signChains(t, s3, w.td, w.up.Root)
+}
+
+// TestUpstreamSoftwareKeyToModule: a CA whose intermediate's key was in
+// upstream/ca-key.pem, restarted with --ca-key, mints an intermediate
+// with a key in the module and removes ca-key.pem.
+func TestUpstreamSoftwareKeyToModule(t *testing.T) {
+	w := newHSMWorld(t, time.Hour, 0.5)
+	soft := w.cfg
+	soft.CAKey = nil
+	s, err := caserver.New(soft)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := s.Authority().Bundle().Cert
+	if _, err := os.Stat(filepath.Join(w.dir, "upstream", keystore.CAKeyFile)); err != nil {
+		t.Fatal(err)
+	}
+	s2, reg, _ := w.start(t)
+	if mintsOK(t, reg) != 1 || s2.Authority().Bundle().Cert.Equal(first) {
+		t.Fatal("the software key's intermediate was kept")
+	}
+	k := w.onlyKey(t, s2.Authority().Bundle().Cert)
+	w.checkState(t, k.ID)
 }
 
 // TestUpstreamModuleKeyDownTwoRenewalPeriods: TestUpstreamDownTwoRenewalPeriods'

@@ -195,7 +195,7 @@ FUZZ_TARGETS := \
 	./ca/authn:FuzzJWTClaims \
 	./ca/authn:FuzzParseJWKS \
 	./ca/keystore:FuzzLoadDir \
-	./sds:FuzzDiscoveryRequest \
+	./sds/sdsserver:FuzzDiscoveryRequest \
 	./inspect:FuzzParsePEM
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
@@ -233,7 +233,7 @@ soak: build
 GREMLINS_VERSION ?= v0.6.0
 GREMLINS_DIR     := $(shell $(GO) env GOPATH)/bin/gremlins-$(GREMLINS_VERSION)
 GREMLINS         := $(GREMLINS_DIR)/gremlins
-MUTATE_PKGS      ?= sds/caclient sds/agent ca/caserver ca ca/server ca/authn sds/secretcache
+MUTATE_PKGS      ?= sds/caclient sds/agent ca/caserver ca ca/certservice ca/authn sds/secretcache
 MUTATE_FLAGS     ?=
 MUTATE_OUT       ?= $(or $(TMPDIR),/tmp)/meshid-mutate
 mutate:

@@ -19,6 +19,7 @@ import (
 	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/ca/cluster"
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/jwtkeys"
@@ -29,7 +30,6 @@ import (
 	"github.com/meshid/meshid/ca/kube/podcert"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/rotation"
-	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/internal/buildinfo"
 	"github.com/meshid/meshid/internal/logs"
@@ -66,8 +66,8 @@ type Server struct {
 
 	mu        sync.Mutex
 	authority *ca.Authority
-	rotation  *rotation.Rotation // every new CA goes through it
-	grpc      *server.Server
+	rotation  *rotation.Manager // every new CA goes through it
+	grpc      *certservice.Server
 	jwt       *authn.JWT           // nil without offline JWT; Run refreshes its keys
 	bound     *boundtoken.Verifier // nil unless local token verification; Run runs it
 }
@@ -327,7 +327,7 @@ func (s *Server) build(b *keystore.Bundle) error {
 	if err != nil {
 		return err
 	}
-	scfg := server.Config{
+	scfg := certservice.Config{
 		Authority:     authority,
 		Authenticator: authn.NewChain(append(auths, cfg.ExtraAuthenticators...)...),
 		Listen:        cfg.Listen,
@@ -348,7 +348,7 @@ func (s *Server) build(b *keystore.Bundle) error {
 	if s.node != nil && s.router != nil { // node authorization by the caller's cluster
 		scfg.NodeAuthorizer = s.router
 	}
-	grpcSrv, err := server.New(scfg)
+	grpcSrv, err := certservice.New(scfg)
 	if err != nil {
 		return err
 	}
@@ -430,13 +430,13 @@ func (s *Server) Authority() *ca.Authority {
 
 // Rotation returns the CA's rotation; nil while Run waits for the
 // Kubernetes CA Secret.
-func (s *Server) Rotation() *rotation.Rotation {
+func (s *Server) Rotation() *rotation.Manager {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.rotation
 }
 
-func (s *Server) grpcServer() *server.Server {
+func (s *Server) grpcServer() *certservice.Server {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.grpc
@@ -552,7 +552,7 @@ func (s *Server) Run(ctx context.Context) error {
 		if err == nil {
 			err = s.build(b)
 		}
-		var r *rotation.Rotation
+		var r *rotation.Manager
 		if err == nil {
 			r, err = s.newRotation(ctx, b, nil)
 		}

@@ -16,12 +16,12 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/cluster"
-	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/kubeclient"
+	"github.com/meshid/meshid/ca/spiffefed"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
@@ -94,13 +94,13 @@ type Config struct {
 	DefaultTTL time.Duration
 	MaxTTL     time.Duration
 	// ServingTTL is the lifetime of the CA's own serving certificate; 0
-	// means ca/server's default.
+	// means ca/certservice's default.
 	ServingTTL time.Duration
 	// ServingDNS are extra DNS SANs of the serving certificate.
 	ServingDNS []string
 	// RateLimit is per-caller CreateCertificate requests per second; 0 is
 	// unlimited (no default applied). RateBurst is the per-caller burst;
-	// 0 is ca/server's default (RateLimit rounded up).
+	// 0 is ca/certservice's default (RateLimit rounded up).
 	RateLimit float64
 	RateBurst int
 	// CapTTLToToken caps a token-proved leaf at the token's expiry (off by
@@ -108,7 +108,7 @@ type Config struct {
 	CapTTLToToken bool
 	// MaxConnections and MaxConnectionsPerIP bound the gRPC listener's open
 	// connections; FirstRequestTimeout closes a connection that sends no
-	// request in time. 0 takes ca/server's defaults.
+	// request in time. 0 takes ca/certservice's defaults.
 	MaxConnections      int
 	MaxConnectionsPerIP int
 	FirstRequestTimeout time.Duration
@@ -130,7 +130,7 @@ type Config struct {
 	// TokenReview and the controllers.
 	KubeClient kubeclient.Interface
 	// KubeQPS and KubeBurst limit the TokenReview client's requests to the
-	// API server; 0 takes ca/kube/client's defaults, sized for a restart
+	// API server; 0 takes ca/kubeclient's defaults, sized for a restart
 	// storm. The controllers (election, publisher) have a client of their
 	// own, so that they never starve authentication.
 	KubeQPS   float32
@@ -215,12 +215,12 @@ type Config struct {
 	ExtraAuthenticators []authn.Authenticator
 
 	// BundleEndpoint, when its Listen is set, serves the trust domain's
-	// SPIFFE bundle to federated trust domains (ca/federation).
-	BundleEndpoint federation.EndpointConfig
+	// SPIFFE bundle to federated trust domains (ca/spiffefed).
+	BundleEndpoint spiffefed.EndpointConfig
 	// FederateWith are the federated trust domains whose bundles the CA
 	// fetches, keeps (under StateDir) and hands to the agents
-	// (--federate-with, federation.ParsePeers).
-	FederateWith []federation.Peer
+	// (--federate-with, spiffefed.ParsePeers).
+	FederateWith []spiffefed.Peer
 
 	// APIServerGrace is how long the local Kubernetes API server may go
 	// without answering the CA's probe (GET /readyz every

@@ -21,7 +21,7 @@ import (
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/ca/caserver"
-	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
@@ -113,7 +113,7 @@ func TestUnauthenticatedCallsDoNotHoldConnectionSlots(t *testing.T) {
 
 	// Each attacker's first-request timer was set when its connection
 	// was accepted, before its call returned.
-	clk.Add(server.DefaultFirstRequestTimeout)
+	clk.Add(certservice.DefaultFirstRequestTimeout)
 	for i, conn := range attackers {
 		if !conn.WaitForStateChange(ctx, connectivity.Ready) {
 			t.Fatalf("attacker %d: still connected after the first-request timeout", i)

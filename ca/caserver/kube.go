@@ -11,9 +11,8 @@ import (
 
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube"
-	kubeclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/ca/kube/election"
-	kubeapi "github.com/meshid/meshid/ca/kubeclient"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/internal/logs"
 )
@@ -22,14 +21,14 @@ import (
 // TokenReviews, controllers serves election, the publisher and informers,
 // each with its own rate limit so that neither starves the other.
 type kubeClients struct {
-	auth, controllers kubeapi.Interface
+	auth, controllers kubeclient.Interface
 	// metadata serves the bound-token verifier's informers, at the
 	// controllers' rate limit; nil with Config.KubeClient.
 	metadata metadata.Interface
 	// podcerts answers PodCertificateRequests, at the TokenReview
 	// client's rate (one status write per pod certificate, a restart
 	// storm's worth); nil unless PodCertificateSigner.
-	podcerts kubeapi.Interface
+	podcerts kubeclient.Interface
 }
 
 // newKubeClients returns cfg.KubeClient for both, clients from Kubeconfig
@@ -38,7 +37,7 @@ func newKubeClients(cfg Config) (*kubeClients, error) {
 	if cfg.KubeClient != nil {
 		return &kubeClients{auth: cfg.KubeClient, controllers: cfg.KubeClient}, nil
 	}
-	cs, err := kubeclient.New(kubeclient.Config{Kubeconfig: cfg.Kubeconfig, QPS: cfg.KubeQPS, Burst: cfg.KubeBurst})
+	cs, err := kubeclient.NewClients(kubeclient.Config{Kubeconfig: cfg.Kubeconfig, QPS: cfg.KubeQPS, Burst: cfg.KubeBurst})
 	if errors.Is(err, kubeclient.ErrNotInCluster) {
 		return nil, nil
 	}
@@ -53,7 +52,7 @@ func newKubeClients(cfg Config) (*kubeClients, error) {
 	if cfg.PodCertificateSigner != "" {
 		pc := rest.CopyConfig(cs.AuthConfig)
 		pc.UserAgent = kubeclient.DefaultUserAgent + "/podcertificates"
-		if kc.podcerts, err = kubeapi.New(pc); err != nil {
+		if kc.podcerts, err = kubeclient.New(pc); err != nil {
 			return nil, fmt.Errorf("caserver: pod certificate client: %w", err)
 		}
 	}
@@ -68,7 +67,7 @@ type kubeStack struct {
 
 // newKubeStack builds the Controller: with roots nil it keeps the CA in a
 // Secret (KubeCASecret); otherwise it publishes roots' bundle.
-func newKubeStack(cfg Config, kc kubeapi.Interface, roots kube.RootSource) (*kubeStack, error) {
+func newKubeStack(cfg Config, kc kubeclient.Interface, roots kube.RootSource) (*kubeStack, error) {
 	kcfg := kube.Config{
 		Client:            kc,
 		Namespace:         cfg.Namespace,
@@ -102,13 +101,13 @@ func (k *kubeStack) waitForBundle(ctx context.Context, log *slog.Logger, namespa
 
 // rotationState returns the rotation's Store in the cluster, written by
 // the elected leader, and keeps it for followRotation.
-func (k *kubeStack) rotationState(cfg Config, kc kubeapi.Interface) *kubeRotationState {
+func (k *kubeStack) rotationState(cfg Config, kc kubeclient.Interface) *kubeRotationState {
 	k.state = &kubeRotationState{client: kc, namespace: cfg.Namespace, leader: k.ctrl.IsLeader, log: cfg.Logger}
 	return k.state
 }
 
 // followRotation keeps r on the leader's rotation clock until ctx ends.
-func (k *kubeStack) followRotation(ctx context.Context, r *rotation.Rotation) error {
+func (k *kubeStack) followRotation(ctx context.Context, r *rotation.Manager) error {
 	return k.state.follow(ctx, r)
 }
 

@@ -82,7 +82,7 @@ func results[W interface{ ResultChan() <-chan E }, E any](ctx context.Context, w
 
 // until waits, on the cluster's events and the rotations' changes, until
 // cond holds.
-func (c *cluster) until(t *testing.T, what string, cond func() bool, rots ...*rotation.Rotation) {
+func (c *cluster) until(t *testing.T, what string, cond func() bool, rots ...*rotation.Manager) {
 	t.Helper()
 	guard := time.NewTimer(testkit.Guard)
 	defer guard.Stop()

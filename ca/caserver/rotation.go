@@ -27,7 +27,7 @@ const nextDir = "next"
 // expiry, the admin socket) offers new CAs to it, never to the authority.
 // It restores the state saved before a restart: from the state Secret
 // when the CA is kept in a Secret, else from <state-dir>/rotation.json.
-func (s *Server) newRotation(ctx context.Context, b, next *keystore.Bundle) (*rotation.Rotation, error) {
+func (s *Server) newRotation(ctx context.Context, b, next *keystore.Bundle) (*rotation.Manager, error) {
 	cfg := s.cfg
 	t := &rotationTarget{authority: s.authority, log: s.log}
 	var kubeState *kubeRotationState
@@ -128,7 +128,7 @@ func (f rotationFile) Save(_ context.Context, data []byte) error {
 // restore hands the saved record, if any, to r. A file that is not a
 // regular file, that others may write, or that r refuses is moved aside
 // (rotation.json.refused, for the operator to look at) and not used.
-func (f rotationFile) restore(r *rotation.Rotation) {
+func (f rotationFile) restore(r *rotation.Manager) {
 	data, err := f.read()
 	if err == nil && data == nil {
 		return // no saved state: a first start

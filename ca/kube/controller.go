@@ -47,7 +47,7 @@ const DefaultRootPollInterval = time.Second
 //     an HSM). The Controller only elects a leader, which publishes the
 //     roots the source holds and follows their changes.
 type Config struct {
-	// Client is the controllers' client (ca/kube/client's Controllers),
+	// Client is the controllers' client (ca/kubeclient's Controllers),
 	// never the one that sends TokenReviews. Required.
 	Client    kubeclient.Interface
 	Namespace string // the CA's namespace (POD_NAMESPACE); required

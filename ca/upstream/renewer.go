@@ -38,7 +38,7 @@ const (
 	DefaultRetryMax = 5 * time.Minute
 )
 
-// Target takes each new CA: *rotation.Rotation, never the authority.
+// Target takes each new CA: *rotation.Manager, never the authority.
 type Target interface {
 	SetBundle(*keystore.Bundle) error
 }

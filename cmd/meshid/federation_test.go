@@ -4,11 +4,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshid/meshid/ca/federation"
+	"github.com/meshid/meshid/ca/spiffefed"
 )
 
 // TestServerFederationFlags: the federation flags reach the Config through
-// the real command, parsed by ca/federation, and bad values are refused.
+// the real command, parsed by ca/spiffefed, and bad values are refused.
 func TestServerFederationFlags(t *testing.T) {
 	clearServerEnv(t)
 	if got := serverConfigOf(t); got.BundleEndpoint.Listen != "" || got.FederateWith != nil {
@@ -20,10 +20,10 @@ func TestServerFederationFlags(t *testing.T) {
 		"--federate-with", "b.example=https://b.example:8443/,endpoint-id=spiffe://b.example/meshid/bundle-endpoint,bundle=/b.json",
 		"--federate-with", "spire.example=https://spire.example/,profile=https_web")
 	be := got.BundleEndpoint
-	if be.Listen != "127.0.0.1:8443" || be.Profile != federation.ProfileWeb || be.CertFile != "/c.pem" || be.KeyFile != "/k.pem" || be.RefreshHint != 30*time.Second {
+	if be.Listen != "127.0.0.1:8443" || be.Profile != spiffefed.ProfileWeb || be.CertFile != "/c.pem" || be.KeyFile != "/k.pem" || be.RefreshHint != 30*time.Second {
 		t.Fatalf("bundle endpoint %+v", be)
 	}
-	if len(got.FederateWith) != 2 || got.FederateWith[0].BundleFile != "/b.json" || got.FederateWith[1].Profile != federation.ProfileWeb {
+	if len(got.FederateWith) != 2 || got.FederateWith[0].BundleFile != "/b.json" || got.FederateWith[1].Profile != spiffefed.ProfileWeb {
 		t.Fatalf("federate-with %+v", got.FederateWith)
 	}
 	for _, bad := range [][]string{

@@ -15,14 +15,14 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
-	kubeclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/ca/kube/podcert"
 	"github.com/meshid/meshid/ca/kube/rootpublisher"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/nodeauth"
-	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/internal/logs"
@@ -116,11 +116,11 @@ func (f *serverFlags) registerHardening(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.maxTokenLifetime, "max-token-lifetime", authn.DefaultMaxTokenLifetime, "longest accepted offline JWT lifetime past its iat (negative = no bound)")
 	fs.StringSliceVar(&f.tokenReviewIssuers, "tokenreview-issuers", nil, "issuers whose tokens TokenReview judges when --kubeconfig and offline JWT are both set (empty = every token)")
 	fs.StringVar(&f.tokenVerification, "token-verification", string(boundtoken.DefaultMode), "who verifies the cluster's bound service-account tokens: auto (in the CA once the issuer's keys are discovered and the pod and service-account informers synced, TokenReview until then) | local | tokenreview (see SECURITY.md)")
-	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "connections open at once on --listen")
-	fs.IntVar(&f.maxConnectionsPerIP, "max-connections-per-ip", server.DefaultMaxConnectionsPerIP, "connections open at once from one peer IP")
-	fs.DurationVar(&f.firstRequestTimeout, "first-request-timeout", server.DefaultFirstRequestTimeout, "close a connection on which no call has authenticated by then (TLS handshake included; calls without credentials do not count)")
+	fs.IntVar(&f.maxConnections, "max-connections", certservice.DefaultMaxConnections, "connections open at once on --listen")
+	fs.IntVar(&f.maxConnectionsPerIP, "max-connections-per-ip", certservice.DefaultMaxConnectionsPerIP, "connections open at once from one peer IP")
+	fs.DurationVar(&f.firstRequestTimeout, "first-request-timeout", certservice.DefaultFirstRequestTimeout, "close a connection on which no call has authenticated by then (TLS handshake included; calls without credentials do not count)")
 	fs.DurationVar(&f.apiServerGrace, "apiserver-readiness-grace", reachability.DefaultGrace, "with a Kubernetes client, /readyz says not ready once the API server has not answered the CA's probe (its GET /readyz, every 5s) for this long, unless local token verification has synced; a replica never answered since its start is not ready (negative = no check)")
-	fs.DurationVar(&f.servingTTL, "serving-ttl", server.DefaultServingTTL, "lifetime of the CA's own serving certificate (independent of --max-ttl)")
+	fs.DurationVar(&f.servingTTL, "serving-ttl", certservice.DefaultServingTTL, "lifetime of the CA's own serving certificate (independent of --max-ttl)")
 	fs.DurationVar(&f.jwtSVIDTTL, "jwt-svid-ttl", jwtissuer.DefaultTTL, "lifetime of the JWT-SVIDs the CA mints (at most 1h)")
 	fs.DurationVar(&f.jwtKeyLifetime, "jwt-key-lifetime", jwtkeys.DefaultLifetime, "how long one JWT-SVID signing key signs, and is published before it does (10m to 720h)")
 	fs.Float32Var(&f.kubeQPS, "kube-qps", kubeclient.DefaultQPS, "TokenReview requests per second to the API server (client-side limit; see docs/guide/authentication.md to size it)")

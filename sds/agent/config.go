@@ -67,7 +67,7 @@ type Config struct {
 	// SDSSocket is the Unix socket Envoy SDS is served on.
 	SDSSocket string
 	// WorkloadAPISocket, when set, serves the SPIFFE Workload API
-	// (sds/workloadapi) on this Unix socket from the same cache as SDS.
+	// (sds/workloadendpoint) on this Unix socket from the same cache as SDS.
 	// Empty: off.
 	WorkloadAPISocket string
 	// SocketGroup makes the sockets 0660 instead of 0600.

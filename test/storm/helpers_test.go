@@ -18,7 +18,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
-	sdsagent "github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/sds/agent"
 	"github.com/meshid/meshid/sds/caclient"
 	"github.com/meshid/meshid/sds/secretcache"
 	"github.com/meshid/meshid/testkit"
@@ -51,7 +51,7 @@ func newAuthority(t testing.TB, clk clock.Clock, reg prometheus.Registerer) *ca.
 	return a
 }
 
-// caServer is a running ca/server on 127.0.0.1 with JWT authentication
+// caServer is a running ca/certservice on 127.0.0.1 with JWT authentication
 // (the dev issuer), on a fake clock.
 type caServer struct {
 	authority *ca.Authority
@@ -98,7 +98,7 @@ func startCA(t *testing.T, clk *clock.Fake, rate float64, burst int, wrap ...fun
 // flags but ttl, on clk, for id and signer.
 func managerConfig(t testing.TB, signer secretcache.Signer, id spiffeid.ID, ttl time.Duration, clk clock.Clock) secretcache.Config {
 	t.Helper()
-	cfg, err := sdsagent.Config{CertTTL: ttl, Clock: clk, Logger: quiet}.ManagerConfig(signer, id)
+	cfg, err := agent.Config{CertTTL: ttl, Clock: clk, Logger: quiet}.ManagerConfig(signer, id)
 	if err != nil {
 		t.Fatal(err)
 	}

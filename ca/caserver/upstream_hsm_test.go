@@ -160,7 +160,7 @@ func signChains(t *testing.T, s *caserver.Server, td spiffeid.TrustDomain, root 
 		t.Fatalf("the CA does not sign: %v", err)
 	}
 	if _, err := certs.VerifyChain(append([]*x509.Certificate{is.Leaf}, is.Chain...), []*x509.Certificate{root}, is.Leaf.NotBefore.Add(time.Second)); err != nil {
-		t.Fatalf("the leaf does not chain to the upstream root: %v", err)
+		t.Fatalf("the leaf (from %v) does not chain to the upstream root under %s (from %v): %v", is.Leaf.NotBefore, is.Chain[0].Subject, is.Chain[0].NotBefore, err)
 	}
 }
 
@@ -344,21 +344,22 @@ func TestUpstreamModuleKeyNewRoot(t *testing.T) {
 	w.renew(t, s)
 	rs := s.Rotation().Status()
 	if rs.Prepared == nil || !s.Authority().Bundle().Cert.Equal(old) {
-		t.Fatal("the new root's intermediate is not prepared")
+		t.Fatalf("the new root's intermediate is not prepared: prepared %v, the old one signing %v; logs:\n%s", rs.Prepared != nil, s.Authority().Bundle().Cert.Equal(old), w.logs.All())
 	}
 	if ks := w.keys(t); len(ks) != 2 {
-		t.Fatalf("the token holds %d keys while one signs and one is prepared", len(ks))
+		t.Fatalf("the token holds %d keys (%+v) while one signs and one is prepared; logs:\n%s", len(ks), ks, w.logs.All())
 	}
 	next, err := upstream.ReadKeyID(filepath.Join(w.dir, "upstream", "next", upstream.KeyIDFile))
 	if err != nil || bytes.Equal(next, k0.ID) {
-		t.Fatalf("upstream/next names %x (%v)", next, err)
+		t.Fatalf("upstream/next names %x (%v), the first key is %x", next, err, k0.ID)
 	}
 	stop()
 
 	s2, reg2, _ := w.start(t)
 	rs = s2.Rotation().Status()
-	if mintsOK(t, reg2) != 0 || rs.Prepared == nil || !s2.Authority().Bundle().Cert.Equal(old) {
-		t.Fatal("restarted: want the old intermediate signing, the new one prepared again, no mint")
+	if n := mintsOK(t, reg2); n != 0 || rs.Prepared == nil || !s2.Authority().Bundle().Cert.Equal(old) {
+		t.Fatalf("restarted: %v mints, prepared %v, the old one signing %v: want the old intermediate signing, the new one prepared again, no mint; logs:\n%s",
+			n, rs.Prepared != nil, s2.Authority().Bundle().Cert.Equal(old), w.logs.All())
 	}
 	testkit.Until(t, "the activation timer", func() bool { return slices.ContainsFunc(w.fake.Deadlines(), rs.ActivateAt.Equal) })
 	w.fake.Set(rs.ActivateAt)

@@ -55,12 +55,18 @@ type moduleKey struct {
 	used bool
 }
 
-// Destroy erases the key from the module (a mint that failed).
+// Destroy erases the key from the module (a mint that failed). A key
+// that could not be destroyed is closed all the same: it stays in the
+// module, named by no state (the error says which).
 func (k *moduleKey) Destroy() error {
 	k.m.mu.Lock()
 	delete(k.m.keys, hex.EncodeToString(k.id))
 	k.m.mu.Unlock()
-	return k.Key.Destroy()
+	err := k.Key.Destroy()
+	if err != nil {
+		_ = k.Key.Close()
+	}
+	return err
 }
 
 // NewModuleKeys validates cfg.

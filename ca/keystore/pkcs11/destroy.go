@@ -13,8 +13,10 @@ import (
 
 // Destroy erases the key pair from the module, then closes k. It first
 // waits for the signatures in flight (at most Config.SessionWait); a
-// signature asked for afterwards fails. The CA destroys the key of an
-// intermediate it no longer signs with (ca/upstream.ModuleKeys).
+// signature asked for afterwards fails. When it fails, k stays open so
+// that Destroy may be tried again (Close it otherwise). The CA destroys
+// the key of an intermediate it no longer signs with
+// (ca/upstream.ModuleKeys).
 func (k *Key) Destroy() error {
 	deadline := k.cfg.Clock.NewTimer(k.cfg.SessionWait)
 	defer deadline.Stop()

@@ -81,7 +81,7 @@ func List(cfg Config) ([]KeyInfo, error) {
 	defer ctx.Close()
 	for attempt := 0; ; attempt++ {
 		ks, err := list(ctx, u)
-		if err == nil || attempt == 2 || !vanished(err) {
+		if err == nil || attempt == 4 || !racing(err) {
 			return ks, err
 		}
 	}
@@ -92,6 +92,15 @@ func List(cfg Config) ([]KeyInfo, error) {
 func vanished(err error) bool {
 	var e miekg.Error
 	return errors.As(err, &e) && (e == miekg.CKR_OBJECT_HANDLE_INVALID || e == miekg.CKR_KEY_HANDLE_INVALID)
+}
+
+// racing reports whether err may come from a key destroyed while List
+// reads it: SoftHSM2 also answers CKR_ATTRIBUTE_VALUE_INVALID when the
+// key pair's other half went between its search and its read. List then
+// starts again.
+func racing(err error) bool {
+	var e miekg.Error
+	return vanished(err) || errors.As(err, &e) && e == miekg.CKR_ATTRIBUTE_VALUE_INVALID
 }
 
 func list(ctx *crypto11.Context, u *URI) ([]KeyInfo, error) {

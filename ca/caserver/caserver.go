@@ -63,6 +63,9 @@ type Server struct {
 	upstream       *upstream.Renewer
 	upstreamMinted time.Time            // when New minted the intermediate; zero if loaded
 	upstreamKeys   *upstream.ModuleKeys // the intermediates' keys with CAKey; nil otherwise
+	// upKube keeps the upstream's intermediate in a Secret the replicas
+	// share (Upstream with KubeCASecret, upstream_kube.go); nil otherwise.
+	upKube *upstreamKube
 
 	mu        sync.Mutex
 	authority *ca.Authority
@@ -162,7 +165,13 @@ func New(cfg Config) (_ *Server, err error) {
 		if cfg.Bundle != nil || cfg.CADir != "" || cfg.CAKey != nil {
 			return nil, errors.New("caserver: KubeCASecret keeps the CA in a Secret: it excludes a plugged-in CA directory and a module key")
 		}
-		s.kube, err = newKubeStack(cfg, s.kc.controllers, nil)
+		if cfg.Upstream.URL != nil {
+			if err := s.newUpstreamKube(); err != nil {
+				return nil, err
+			}
+			return s, nil
+		}
+		s.kube, err = newKubeStack(cfg, s.kc.controllers, nil, nil)
 		return s, err
 	}
 	var next *keystore.Bundle // a self-signed root or upstream intermediate prepared before a restart
@@ -185,7 +194,7 @@ func New(cfg Config) (_ *Server, err error) {
 	if err == nil && s.kc != nil && !cfg.DisableRootConfigMap {
 		// Whatever holds the key, a CA with a cluster publishes its roots
 		// (istio-ca-root-cert) from the elected leader, as istiod does.
-		s.kube, err = newKubeStack(cfg, s.kc.controllers, s.authority)
+		s.kube, err = newKubeStack(cfg, s.kc.controllers, s.authority, nil)
 	}
 	if err != nil {
 		return nil, err
@@ -532,8 +541,11 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.caDir != nil {
 		g.Go(func() error { return s.caDir.Run(ctx) })
 	}
-	if s.upstream != nil {
+	if s.upstream != nil && s.upKube == nil { // with upKube, only the leader renews
 		g.Go(func() error { return s.runUpstream(ctx) })
+	}
+	if s.upKube != nil {
+		g.Go(func() error { return s.upKube.run(ctx) })
 	}
 	if s.admin != nil {
 		g.Go(func() error { return s.admin.Run(ctx) })
@@ -548,7 +560,13 @@ func (s *Server) Run(ctx context.Context) error {
 		g.Go(func() error { return s.podCert.Run(ctx) })
 	}
 	if s.kube != nil && s.cfg.KubeCASecret {
-		b, err := s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)
+		var b *keystore.Bundle
+		var err error
+		if s.upKube != nil {
+			b, err = s.upKube.wait(ctx)
+		} else {
+			b, err = s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)
+		}
 		if err == nil {
 			err = s.build(b)
 		}
@@ -563,6 +581,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.rotation = r
 		s.mu.Unlock()
 		s.kube.attach(r)
+		if s.upKube != nil {
+			s.upKube.attach(r)
+		}
 		g.Go(func() error { return s.kube.followRotation(ctx, r) })
 	}
 	if r := s.Rotation(); r != nil {

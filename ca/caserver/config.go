@@ -82,9 +82,11 @@ type Config struct {
 	// year), negative turns it off. Only for the self-signed root.
 	RootRotationThreshold time.Duration
 	// Upstream, when its URL is set, has the organisation's CA mint and
-	// renew the CA's intermediate (ca/upstream); not with Bundle, CADir or
-	// KubeCASecret. With CAKey, each intermediate's key is created in the
-	// module (CAKey's label, a new id each time).
+	// renew the CA's intermediate (ca/upstream); not with Bundle or CADir.
+	// With CAKey, each intermediate's key is created in the module
+	// (CAKey's label, a new id each time); not with KubeCASecret too. With
+	// KubeCASecret the elected replica mints and every replica signs with
+	// the intermediate it keeps in UpstreamSecret.
 	Upstream UpstreamConfig
 	// AdminSocket, when set, is the Unix socket (mode 0600) of the local
 	// admin API (`meshid certs activate`, `rotate-root`, `inspect --ca`).
@@ -153,7 +155,8 @@ type Config struct {
 	// GraceRatio); 0 = podcert.DefaultGraceRatio, as the agent renews.
 	PodCertificateRefresh float64
 	// KubeCASecret keeps the CA in a Secret of Namespace, elects a leader
-	// and publishes the root ConfigMap (ca/kube); it needs a client.
+	// and publishes the root ConfigMap (ca/kube); it needs a client. With
+	// Upstream the Secret is UpstreamSecret, written by the leader.
 	KubeCASecret bool
 	// Namespace is the CA's own namespace.
 	Namespace string

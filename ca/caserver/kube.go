@@ -66,8 +66,9 @@ type kubeStack struct {
 }
 
 // newKubeStack builds the Controller: with roots nil it keeps the CA in a
-// Secret (KubeCASecret); otherwise it publishes roots' bundle.
-func newKubeStack(cfg Config, kc kubeclient.Interface, roots kube.RootSource) (*kubeStack, error) {
+// Secret (KubeCASecret); otherwise it publishes roots' bundle. lead, if
+// not nil, runs on the elected replica (the upstream's minter).
+func newKubeStack(cfg Config, kc kubeclient.Interface, roots kube.RootSource, lead func(context.Context)) (*kubeStack, error) {
 	kcfg := kube.Config{
 		Client:            kc,
 		Namespace:         cfg.Namespace,
@@ -80,6 +81,7 @@ func newKubeStack(cfg Config, kc kubeclient.Interface, roots kube.RootSource) (*
 		Logger:            cfg.Logger,
 		Registerer:        cfg.Registerer,
 		Roots:             roots,
+		Lead:              lead,
 	}
 	ctrl, err := kube.New(kcfg)
 	if err != nil {

@@ -43,8 +43,11 @@ func (cfg Config) checkUpstream() error {
 	if cfg.Upstream.URL == nil {
 		return nil
 	}
-	if cfg.Bundle != nil || cfg.CADir != "" || cfg.KubeCASecret {
-		return errors.New("caserver: --upstream mints the CA's intermediate: it excludes --ca-dir and --kube-ca-secret")
+	if cfg.Bundle != nil || cfg.CADir != "" {
+		return errors.New("caserver: --upstream mints the CA's intermediate: it excludes --ca-dir")
+	}
+	if cfg.CAKey != nil && cfg.KubeCASecret {
+		return errors.New("caserver: --upstream with --ca-key and --kube-ca-secret is not supported yet: the replicas sharing the intermediate would need its key in one module")
 	}
 	if cfg.CAKey != nil && (cfg.CAKey.Object == "" || len(cfg.CAKey.ID) > 0) {
 		return errors.New("caserver: with --upstream, --ca-key names where each intermediate's key is created: give the label (object=) and no id= (each key gets a new one)")

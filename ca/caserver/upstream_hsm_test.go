@@ -475,6 +475,13 @@ func TestUpstreamModuleKeyStateRefused(t *testing.T) {
 	if _, err := caserver.New(withID); err == nil || !strings.Contains(err.Error(), "no id=") {
 		t.Fatalf("--ca-key with id= and --upstream: %v", err)
 	}
+	// With --kube-ca-secret the replicas share the intermediate: not with
+	// a module key yet.
+	shared := w.cfg
+	shared.KubeCASecret, shared.Namespace = true, "istio-system"
+	if _, err := caserver.New(shared); err == nil || !strings.Contains(err.Error(), "not supported yet") {
+		t.Fatalf("--ca-key with --upstream and --kube-ca-secret: %v", err)
+	}
 	write(good, 0o600)()
 	s2, reg2, _ := w.start(t)
 	if mintsOK(t, reg2) != 0 || !samePublic(signing, s2.Authority().Bundle().Cert) {

@@ -66,9 +66,9 @@ func newHSMWorld(t *testing.T, life time.Duration, renewAt float64) *hsmWorld {
 	}
 	w.cfg = caserver.Config{
 		TrustDomain: w.td, StateDir: w.dir, Listen: "127.0.0.1:0", CAKey: w.uri,
-		Upstream:            caserver.UpstreamConfig{URL: u, CredentialsFile: w.up.KeyFile, Lifetime: life, RenewAt: renewAt},
-		RotationPropagation: 10 * time.Minute,
-		Clock:               w.fake, Logger: w.logs.Logger(),
+		Upstream: caserver.UpstreamConfig{URL: u, CredentialsFile: w.up.KeyFile, Lifetime: life, RenewAt: renewAt},
+		Rotation: caserver.RotationConfig{Propagation: 10 * time.Minute},
+		Clock:    w.fake, Logger: w.logs.Logger(),
 	}
 	return w
 }
@@ -478,7 +478,7 @@ func TestUpstreamModuleKeyStateRefused(t *testing.T) {
 	// With --kube-ca-secret the replicas share the intermediate: not with
 	// a module key yet.
 	shared := w.cfg
-	shared.KubeCASecret, shared.Namespace = true, "istio-system"
+	shared.KubeCASecret, shared.Kube.Namespace = true, "istio-system"
 	if _, err := caserver.New(shared); err == nil || !strings.Contains(err.Error(), "not supported yet") {
 		t.Fatalf("--ca-key with --upstream and --kube-ca-secret: %v", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -62,7 +61,8 @@ type Server struct {
 	podCert   *podcert.Controller // nil unless PodCertificateSigner
 	// upstream renews the intermediate; nil unless Config.Upstream.
 	upstream       *upstream.Renewer
-	upstreamMinted time.Time // when New minted the intermediate; zero if loaded
+	upstreamMinted time.Time            // when New minted the intermediate; zero if loaded
+	upstreamKeys   *upstream.ModuleKeys // the intermediates' keys with CAKey; nil otherwise
 	// upKube keeps the upstream's intermediate in a Secret the replicas
 	// share (Upstream with KubeCASecret, upstream_kube.go); nil otherwise.
 	upKube *upstreamKube
@@ -179,7 +179,7 @@ func New(cfg Config) (_ *Server, err error) {
 	case s.selfSigned():
 		b, next, err = loadNext(cfg, cfg.StateDir, b)
 	case cfg.Upstream.URL != nil:
-		b, next, err = loadNext(cfg, filepath.Join(cfg.StateDir, upstreamDir), b)
+		b, next, err = s.loadUpstreamNext(b)
 	}
 	if err == nil {
 		err = s.build(b)
@@ -299,6 +299,7 @@ func (s *Server) closeKey() {
 			s.log.Warn("closing the CA key's module", logs.KeyError, err)
 		}
 	}
+	s.closeUpstreamKeys()
 }
 
 // build creates the authority, the authenticators and the gRPC server on
@@ -541,7 +542,7 @@ func (s *Server) Run(ctx context.Context) error {
 		g.Go(func() error { return s.caDir.Run(ctx) })
 	}
 	if s.upstream != nil && s.upKube == nil { // with upKube, only the leader renews
-		g.Go(func() error { return s.upstream.Run(ctx) })
+		g.Go(func() error { return s.runUpstream(ctx) })
 	}
 	if s.upKube != nil {
 		g.Go(func() error { return s.upKube.run(ctx) })

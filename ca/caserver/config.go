@@ -80,9 +80,11 @@ type Config struct {
 	// With Upstream the Secret is UpstreamSecret, written by the leader.
 	KubeCASecret bool
 	// Upstream, when its URL is set, has the organisation's CA mint and
-	// renew the CA's intermediate (ca/upstream); not with Bundle, CADir
-	// or CAKey. With KubeCASecret the elected replica mints and every
-	// replica signs with the intermediate it keeps in UpstreamSecret.
+	// renew the CA's intermediate (ca/upstream); not with Bundle or CADir.
+	// With CAKey, each intermediate's key is created in the module
+	// (CAKey's label, a new id each time); not with KubeCASecret too. With
+	// KubeCASecret the elected replica mints and every replica signs with
+	// the intermediate it keeps in UpstreamSecret.
 	Upstream UpstreamConfig
 	// AdminSocket, when set, is the Unix socket (mode 0600) of the local
 	// admin API (`meshid certs activate`, `rotate-root`, `inspect --ca`).

@@ -13,6 +13,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/rotation"
+	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/logs"
 )
@@ -284,8 +285,17 @@ func (t *rotationTarget) promote(signing *x509.Certificate) error {
 	// The key last: a complete set is marked by it. root-cert.pem too
 	// (upstream/ keeps the upstream's roots; the state directory's is
 	// written with the trust bundle right after).
-	for _, name := range []string{keystore.CACertFile, keystore.CertChainFile, keystore.RootCertFile, keystore.CAKeyFile} {
-		if err := os.Rename(filepath.Join(dir, name), filepath.Join(t.home, name)); err != nil {
+	// The key is ca-key.pem or, in a module, the file naming it: the
+	// other form left in home is removed.
+	for _, name := range []string{keystore.CACertFile, keystore.CertChainFile, keystore.RootCertFile, keystore.CAKeyFile, upstream.KeyIDFile} {
+		err := os.Rename(filepath.Join(dir, name), filepath.Join(t.home, name))
+		if errors.Is(err, fs.ErrNotExist) && (name == keystore.CAKeyFile || name == upstream.KeyIDFile) {
+			err = os.Remove(filepath.Join(t.home, name))
+			if errors.Is(err, fs.ErrNotExist) {
+				err = nil
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("caserver: activating the new root: %w", err)
 		}
 	}

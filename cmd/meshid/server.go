@@ -111,7 +111,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 // module, and the Kubernetes clients and publisher.
 func (f *serverFlags) registerHardening(fs *pflag.FlagSet) {
 	fs.StringVar(&f.trustedNodeAccounts, "trusted-node-accounts", "", "ambient: NS/SA,... of node agents (ztunnel) that may impersonate the pods on their node (env CA_TRUSTED_NODE_ACCOUNTS; empty = off)")
-	fs.StringVar(&f.caKey, "ca-key", "", "CA signing key in a PKCS#11 module (RFC 7512 URI: pkcs11:token=...;object=...?module-path=...&pin-source=...); certificates still come from --ca-dir or --state-dir. Unset = ca-key.pem")
+	fs.StringVar(&f.caKey, "ca-key", "", "CA signing key in a PKCS#11 module (RFC 7512 URI: pkcs11:token=...;object=...?module-path=...&pin-source=...); certificates still come from --ca-dir or --state-dir; with --upstream, object= is the label of a new key created for each intermediate (no id=). Unset = ca-key.pem")
 	fs.BoolVar(&f.capTTLToToken, "cap-ttl-to-token", false, "never sign a token-proved leaf past the token's expiry (off, as Istio; see SECURITY.md)")
 	fs.DurationVar(&f.maxTokenLifetime, "max-token-lifetime", authn.DefaultMaxTokenLifetime, "longest accepted offline JWT lifetime past its iat (negative = no bound)")
 	fs.StringSliceVar(&f.tokenReviewIssuers, "tokenreview-issuers", nil, "issuers whose tokens TokenReview judges when --kubeconfig and offline JWT are both set (empty = every token)")

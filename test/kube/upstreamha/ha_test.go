@@ -70,23 +70,16 @@ func (w *world) start(t *testing.T, name string) *replica {
 	t.Helper()
 	r := &replica{name: name, reg: prometheus.NewRegistry(), logs: testkit.NewLogRecorder()}
 	s, err := caserver.New(caserver.Config{
-		TrustDomain: w.td,
-		Kube: caserver.KubeConfig{
-			Kubeconfig:           caKubeconfig,
-			Namespace:            caNamespace,
-			PodName:              name,
-			DisableRootConfigMap: true,
-		},
+		TrustDomain:  w.td,
+		Kube:         caserver.KubeConfig{Kubeconfig: caKubeconfig, Namespace: caNamespace, PodName: name, DisableRootConfigMap: true},
 		KubeCASecret: true,
-		Authn: caserver.AuthnConfig{
-			TokenVerification: boundtoken.ModeTokenReview,
-		},
-		Listen:     "127.0.0.1:0",
-		StateDir:   t.TempDir(),
-		Upstream:   caserver.UpstreamConfig{URL: w.url, CredentialsFile: w.up.KeyFile, Lifetime: 2 * time.Hour, RenewAt: 0.25},
-		Clock:      w.fake,
-		Logger:     r.logs.Logger(),
-		Registerer: r.reg,
+		Authn:        caserver.AuthnConfig{TokenVerification: boundtoken.ModeTokenReview},
+		Listen:       "127.0.0.1:0",
+		StateDir:     t.TempDir(),
+		Upstream:     caserver.UpstreamConfig{URL: w.url, CredentialsFile: w.up.KeyFile, Lifetime: 2 * time.Hour, RenewAt: 0.25},
+		Clock:        w.fake,
+		Logger:       r.logs.Logger(),
+		Registerer:   r.reg,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -168,7 +168,11 @@ func (r *Renewer) Mint(ctx context.Context) (_ *keystore.Bundle, err error) {
 		r.mints.WithLabelValues("failed").Inc()
 		return nil, err
 	}
-	if err := Check(m, key.Public(), r.cfg.Clock.Now(), r.minLife()); err != nil {
+	err = Check(m, key.Public(), r.cfg.Clock.Now(), r.minLife())
+	if err == nil {
+		err = CheckNames(m.Chain[0], r.cfg.TrustDomain)
+	}
+	if err != nil {
 		r.mints.WithLabelValues("refused").Inc()
 		return nil, err
 	}

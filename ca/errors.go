@@ -8,7 +8,7 @@ import (
 )
 
 // Kind classifies a CA error. The gRPC server maps each Kind to one status
-// code (see ca/server).
+// code (see ca/certservice).
 type Kind int
 
 // Error kinds.

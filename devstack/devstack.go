@@ -95,12 +95,16 @@ func New(cfg Config) (*Stack, error) {
 // root in the state directory, authenticating the issuer's tokens offline.
 func caConfig(cfg Config, issuer *devissuer.Issuer) caserver.Config {
 	return caserver.Config{
-		Listen:           cfg.Listen, // caserver.DefaultListen if empty
-		StateDir:         cfg.StateDir,
-		JWTIssuer:        issuer.Issuer(),
-		JWKSFile:         filepath.Join(cfg.StateDir, devissuer.JWKSFile),
-		MonitoringListen: cfg.MonitoringListen,
-		Pprof:            cfg.Pprof,
+		Listen:   cfg.Listen, // caserver.DefaultListen if empty
+		StateDir: cfg.StateDir,
+		Authn: caserver.AuthnConfig{
+			JWTIssuer: issuer.Issuer(),
+			JWKSFile:  filepath.Join(cfg.StateDir, devissuer.JWKSFile),
+		},
+		Monitoring: caserver.MonitoringConfig{
+			Listen: cfg.MonitoringListen,
+			Pprof:  cfg.Pprof,
+		},
 	}
 }
 
@@ -178,7 +182,7 @@ func (s *Stack) Banner(w io.Writer, self string) {
   agent metrics/health         %s
 Try: %s inspect --sds %s
      %s inspect --workload-api %s
-`, s.ca.Addr(), s.agentCfg.CARootFile, s.caCfg.JWKSFile, s.tokenFile, s.agent.SocketPath(), s.agentCfg.WorkloadAPISocket,
+`, s.ca.Addr(), s.agentCfg.CARootFile, s.caCfg.Authn.JWKSFile, s.tokenFile, s.agent.SocketPath(), s.agentCfg.WorkloadAPISocket,
 		addrOrDisabled(s.ca.MonitoringAddr()), addrOrDisabled(s.agent.MonitoringAddr()), self, s.agent.SocketPath(), self, s.agentCfg.WorkloadAPISocket)
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/inspect"
 	"github.com/meshid/meshid/sds/secretcache"
-	"github.com/meshid/meshid/sds/workloadapi"
+	"github.com/meshid/meshid/sds/workloadendpoint"
 	"github.com/meshid/meshid/testkit"
 )
 
@@ -28,7 +28,7 @@ func workloadAPI(t *testing.T, td spiffeid.TrustDomain, jwt secretcache.JWTSigne
 		t.Fatal(err)
 	}
 	sock := filepath.Join(testkit.ShortDir(t), "wl.sock")
-	srv, err := workloadapi.New(workloadapi.Config{Source: m, SocketPath: sock})
+	srv, err := workloadendpoint.New(workloadendpoint.Config{Source: m, SocketPath: sock})
 	if err != nil {
 		t.Fatal(err)
 	}

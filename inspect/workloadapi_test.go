@@ -13,7 +13,7 @@ import (
 	"github.com/meshid/meshid/testkit"
 )
 
-// TestFetchWorkloadAPI reads a real Workload API server (sds/workloadapi
+// TestFetchWorkloadAPI reads a real Workload API server (sds/workloadendpoint
 // on a SecretManager signed by a real CA) with go-spiffe's client: the SVID
 // with its key, verified against the bundle, and the bundle, in the same
 // table as SDS inputs.

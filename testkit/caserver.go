@@ -6,7 +6,7 @@ import (
 
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/caserver"
-	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/internal/logs"
 )
@@ -22,14 +22,14 @@ func DevJWT(t testing.TB, iss *devissuer.Issuer) *authn.JWT {
 	return jwt
 }
 
-// ServeCA runs a real CA server (ca/server) with cfg until the test ends or
+// ServeCA runs a real CA server (ca/certservice) with cfg until the test ends or
 // stop is called, and returns its address. cfg.Listen "" = 127.0.0.1:0.
-func ServeCA(t testing.TB, cfg server.Config) (addr string, stop func()) {
+func ServeCA(t testing.TB, cfg certservice.Config) (addr string, stop func()) {
 	t.Helper()
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
-	srv, err := server.New(cfg)
+	srv, err := certservice.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/internal/clock"
-	"github.com/meshid/meshid/sds"
+	"github.com/meshid/meshid/sds/sdsserver"
 	"github.com/meshid/meshid/sds/secretcache"
 	"github.com/meshid/meshid/testkit"
 )
@@ -44,7 +44,7 @@ func startAgent(t *testing.T) *agent {
 
 // startAgentWith is startAgent with the SDS server's Source wrapped by wrap
 // (nil: the SecretManager itself).
-func startAgentWith(t *testing.T, wrap func(sds.Source) sds.Source) *agent {
+func startAgentWith(t *testing.T, wrap func(sdsserver.Source) sdsserver.Source) *agent {
 	t.Helper()
 	bundle, _, err := keystore.NewSelfSignedRoot(keystore.SelfSignedConfig{TrustDomain: "cluster.local"})
 	if err != nil {
@@ -63,11 +63,11 @@ func startAgentWith(t *testing.T, wrap func(sds.Source) sds.Source) *agent {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	var src sds.Source = m
+	var src sdsserver.Source = m
 	if wrap != nil {
 		src = wrap(m)
 	}
-	srv, err := sds.New(sds.Config{Source: src, SocketPath: filepath.Join(dir, "sds.sock")})
+	srv, err := sdsserver.New(sdsserver.Config{Source: src, SocketPath: filepath.Join(dir, "sds.sock")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestRunOpensStreamsAndMeasuresRotation(t *testing.T) {
 // stream's fetch arrives beside it or hold has passed, so that streams the
 // tool opens together are seen together at the agent.
 type openGate struct {
-	sds.Source
+	sdsserver.Source
 	hold time.Duration
 
 	mu       sync.Mutex
@@ -202,7 +202,7 @@ func TestOpenConcurrencySerialisesOpens(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := &openGate{hold: 250 * time.Millisecond, arrived: make(chan struct{})}
-			a := startAgentWith(t, func(src sds.Source) sds.Source { g.Source = src; return g })
+			a := startAgentWith(t, func(src sdsserver.Source) sdsserver.Source { g.Source = src; return g })
 			l, err := sdsload.New(sdsload.Config{Socket: a.socket, Streams: tc.streams, OpenConcurrency: tc.open, PID: os.Getpid()})
 			if err != nil {
 				t.Fatal(err)
@@ -413,7 +413,7 @@ func TestHoldGC(t *testing.T) {
 // stuckFirst is the agent's Source, holding the first fetch of the
 // certificate until release is closed.
 type stuckFirst struct {
-	sds.Source
+	sdsserver.Source
 	once             sync.Once
 	arrived, release chan struct{}
 }
@@ -439,7 +439,7 @@ func (s *stuckFirst) Secret(ctx context.Context, name string) (*secretcache.Secr
 // streams shared the CPUs with them.)
 func TestOpenConcurrencyStartsStreamsInTurn(t *testing.T) {
 	s := &stuckFirst{arrived: make(chan struct{}), release: make(chan struct{})}
-	a := startAgentWith(t, func(src sds.Source) sds.Source { s.Source = src; return s })
+	a := startAgentWith(t, func(src sdsserver.Source) sdsserver.Source { s.Source = src; return s })
 	const n = 50
 	l, err := sdsload.New(sdsload.Config{Socket: a.socket, Streams: n, OpenConcurrency: 1, HoldGC: true})
 	if err != nil {
@@ -483,7 +483,7 @@ func streamGoroutines(t *testing.T) int {
 // slowFetch is the agent's Source; its nth fetch of the certificate moves
 // the load's fake clock by delay, as if the agent took that long to answer.
 type slowFetch struct {
-	sds.Source
+	sdsserver.Source
 	clk   *clock.Fake
 	nth   int
 	delay time.Duration
@@ -510,7 +510,7 @@ func (s *slowFetch) Secret(ctx context.Context, name string) (*secretcache.Secre
 func TestSlowestStreams(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1e9, 0))
 	s := &slowFetch{clk: clk, nth: 3, delay: 5 * time.Millisecond}
-	a := startAgentWith(t, func(src sds.Source) sds.Source { s.Source = src; return s })
+	a := startAgentWith(t, func(src sdsserver.Source) sdsserver.Source { s.Source = src; return s })
 	l, err := sdsload.New(sdsload.Config{Socket: a.socket, Streams: 6, OpenConcurrency: 1, Slowest: 2, Clock: clk, HoldGC: true})
 	if err != nil {
 		t.Fatal(err)

@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/net/netutil"
 
-	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/rotation"
+	"github.com/meshid/meshid/ca/spiffefed"
 	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/unixsock"
@@ -39,10 +39,10 @@ type Config struct {
 	Socket string
 	// Rotation returns the CA's rotation; nil while the CA has none yet
 	// (waiting for its Kubernetes Secret): the API answers 503 then.
-	Rotation func() *rotation.Rotation
+	Rotation func() *rotation.Manager
 	// Federation, when set, returns the federated trust domains' state,
 	// added to /v1/status.
-	Federation func() []federation.PeerStatus
+	Federation func() []spiffefed.PeerStatus
 	// Upstream, when set, returns the upstream CA's renewal state (false
 	// without one), added to /v1/status.
 	Upstream func() (upstream.Status, bool)
@@ -74,7 +74,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	s := &Server{cfg: cfg, log: cfg.Logger.With(logs.KeyComponent, "admin", logs.KeySocket, cfg.Socket)}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/status", s.handle(http.MethodGet, func(r *rotation.Rotation) (any, error) {
+	mux.HandleFunc("/v1/status", s.handle(http.MethodGet, func(r *rotation.Manager) (any, error) {
 		st := StatusOf(r.Status())
 		if cfg.Federation != nil {
 			st.Federation = cfg.Federation()
@@ -86,8 +86,8 @@ func New(cfg Config) (*Server, error) {
 		}
 		return st, nil
 	}))
-	mux.HandleFunc("/v1/activate", s.handle(http.MethodPost, func(r *rotation.Rotation) (any, error) { return s.act("activate", r.Activate, r) }))
-	mux.HandleFunc("/v1/rotate-root", s.handle(http.MethodPost, func(r *rotation.Rotation) (any, error) { return s.act("rotate-root", r.RotateRoot, r) }))
+	mux.HandleFunc("/v1/activate", s.handle(http.MethodPost, func(r *rotation.Manager) (any, error) { return s.act("activate", r.Activate, r) }))
+	mux.HandleFunc("/v1/rotate-root", s.handle(http.MethodPost, func(r *rotation.Manager) (any, error) { return s.act("rotate-root", r.RotateRoot, r) }))
 	s.http = &http.Server{
 		Handler:           mux,
 		MaxHeaderBytes:    maxHeaderBytes,
@@ -100,7 +100,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 // act runs an operator step and answers with the status that follows.
-func (s *Server) act(name string, step func() error, r *rotation.Rotation) (any, error) {
+func (s *Server) act(name string, step func() error, r *rotation.Manager) (any, error) {
 	err := step()
 	s.log.Info("admin request", logs.KeyStep, name, logs.KeyError, errString(err))
 	if err != nil {
@@ -117,7 +117,7 @@ func errString(err error) string {
 }
 
 // handle checks the method and body, then answers fn's result as JSON.
-func (s *Server) handle(method string, fn func(*rotation.Rotation) (any, error)) http.HandlerFunc {
+func (s *Server) handle(method string, fn func(*rotation.Manager) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != method {
 			w.Header().Set("Allow", method)

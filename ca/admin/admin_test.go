@@ -39,7 +39,7 @@ func selfSigned(t *testing.T, cn string) *keystore.Bundle {
 
 // serve runs an admin server on a real rotation of a real authority, in
 // dir, and returns the rotation and the socket.
-func serve(t *testing.T, dir string, maxConns int) (*rotation.Rotation, string) {
+func serve(t *testing.T, dir string, maxConns int) (*rotation.Manager, string) {
 	t.Helper()
 	b := selfSigned(t, "first")
 	auth, err := ca.New(ca.Config{TrustDomain: spiffeid.RequireTrustDomainFromString("cluster.local"), Bundle: b, Logger: slog.New(slog.DiscardHandler)})
@@ -51,7 +51,7 @@ func serve(t *testing.T, dir string, maxConns int) (*rotation.Rotation, string) 
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "admin.sock")
-	srv, err := admin.New(admin.Config{Socket: sock, Rotation: func() *rotation.Rotation { return rot }, MaxConnections: maxConns})
+	srv, err := admin.New(admin.Config{Socket: sock, Rotation: func() *rotation.Manager { return rot }, MaxConnections: maxConns})
 	if err != nil {
 		t.Fatal(err)
 	}

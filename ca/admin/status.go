@@ -7,8 +7,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/rotation"
+	"github.com/meshid/meshid/ca/spiffefed"
 	"github.com/meshid/meshid/ca/upstream"
 )
 
@@ -27,7 +27,7 @@ type Status struct {
 	Steps      map[string]int `json:"steps"`
 	// Federation is each federated trust domain's bundle state (absent
 	// without --federate-with).
-	Federation []federation.PeerStatus `json:"federation,omitempty"`
+	Federation []spiffefed.PeerStatus `json:"federation,omitempty"`
 	// Upstream is the upstream CA's renewal of the intermediate (absent
 	// without --upstream).
 	Upstream *upstream.Status `json:"upstream,omitempty"`

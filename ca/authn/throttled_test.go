@@ -23,7 +23,6 @@ import (
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
-	kclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/testkit"
 )
@@ -124,7 +123,7 @@ func (a *apiServer) counts() (requests, throttled int) {
 }
 
 // reviewer is a TokenReview on the CA's real TokenReview client (the Auth
-// client of ca/kube/client, built from a kubeconfig) talking to a.
+// client of ca/kubeclient, built from a kubeconfig) talking to a.
 func (a *apiServer) reviewer(t *testing.T, timeout time.Duration) (*authn.TokenReview, *prometheus.Registry, *testkit.LogRecorder) {
 	t.Helper()
 	cfg := clientcmdapi.NewConfig()
@@ -137,7 +136,7 @@ func (a *apiServer) reviewer(t *testing.T, timeout time.Duration) (*authn.TokenR
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
 		t.Fatal(err)
 	}
-	cs, err := kclient.New(kclient.Config{Kubeconfig: path})
+	cs, err := kubeclient.NewClients(kubeclient.Config{Kubeconfig: path})
 	if err != nil {
 		t.Fatal(err)
 	}

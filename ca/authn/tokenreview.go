@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshid/meshid/ca"
-	kclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
@@ -47,7 +46,7 @@ type TokenReviewConfig struct {
 	// Client talks to the Kubernetes API server. Required. The API
 	// server's 429s (client-go retries them) are counted and named in a
 	// failed review's message when its transport reports them: the Auth
-	// client of ca/kube/client, or a rest.Config wrapped with its
+	// client of ca/kubeclient, or a rest.Config wrapped with its
 	// CountThrottled.
 	Client kubeclient.Interface
 	// Audiences are sent as spec.audiences; the review must return at
@@ -249,10 +248,10 @@ func (t *TokenReview) review(ctx context.Context, token string) (reviewResult, e
 	defer cancel()
 	// The API server's flow control answers 429 to what it cannot queue,
 	// and client-go retries that silently: the client's transport
-	// (ca/kube/client) reports each one here, so that the metric and a
+	// (ca/kubeclient) reports each one here, so that the metric and a
 	// failed review's message tell throttling from a slow API server.
 	var throttled atomic.Int32
-	ctx = kclient.OnThrottled(ctx, func() {
+	ctx = kubeclient.OnThrottled(ctx, func() {
 		throttled.Add(1)
 		t.throttled.Inc()
 	})

@@ -24,7 +24,7 @@ import (
 // the probe out and takes a busy replica out of its Service.
 func (s *Server) apiServerTracker() (*reachability.Tracker, error) {
 	cfg := s.cfg
-	if s.kc == nil || cfg.APIServerGrace < 0 {
+	if s.kc == nil || cfg.Kube.APIServerGrace < 0 {
 		return nil, nil
 	}
 	rc := s.kc.controllers.CoreV1().RESTClient()
@@ -34,8 +34,8 @@ func (s *Server) apiServerTracker() (*reachability.Tracker, error) {
 	tr, err := reachability.New(reachability.Config{
 		Name:     "the Kubernetes API server",
 		Probe:    func(ctx context.Context) error { return probeAPIServer(ctx, rc) },
-		Interval: cfg.APIServerProbeInterval,
-		Grace:    cfg.APIServerGrace,
+		Interval: cfg.Kube.APIServerProbeInterval,
+		Grace:    cfg.Kube.APIServerGrace,
 		Clock:    cfg.Clock,
 		Logger:   cfg.Logger,
 	})

@@ -79,8 +79,13 @@ func TestReadyFollowsAPIServer(t *testing.T) {
 			logs := testkit.NewLogRecorder()
 			reg := prometheus.NewRegistry()
 			s := testkit.CA(t, caserver.Config{
-				KubeClient: api.kc, DisableRootConfigMap: true, Registerer: reg, Logger: logs.Logger(),
-				APIServerProbeInterval: 10 * time.Millisecond, APIServerGrace: time.Hour,
+				Kube: caserver.KubeConfig{
+					Client:                 api.kc,
+					DisableRootConfigMap:   true,
+					APIServerProbeInterval: 10 * time.Millisecond,
+					APIServerGrace:         time.Hour,
+				},
+				Registerer: reg, Logger: logs.Logger(),
 			})
 			logs.WaitFor(t, "the Kubernetes API server does not answer", 1)
 			err := s.Ready()
@@ -105,7 +110,7 @@ func TestReadyFollowsAPIServer(t *testing.T) {
 // does not let it read /readyz (403) answers: the CA is ready.
 func TestReadyAPIServerForbidden(t *testing.T) {
 	api := newAPIServer(t, http.StatusForbidden)
-	s := testkit.CA(t, caserver.Config{KubeClient: api.kc, DisableRootConfigMap: true, APIServerProbeInterval: 10 * time.Millisecond})
+	s := testkit.CA(t, caserver.Config{Kube: caserver.KubeConfig{Client: api.kc, DisableRootConfigMap: true, APIServerProbeInterval: 10 * time.Millisecond}})
 	waitReady(t, s)
 	if api.probes.Load() == 0 {
 		t.Fatal("ready without a probe")
@@ -118,17 +123,22 @@ func TestReadyAPIServerForbidden(t *testing.T) {
 func TestReadyAPIServerCheckOff(t *testing.T) {
 	api := newAPIServer(t, 0)
 	s := testkit.CA(t, caserver.Config{
-		KubeClient: api.kc, DisableRootConfigMap: true, APIServerProbeInterval: 10 * time.Millisecond, APIServerGrace: -1,
+		Kube: caserver.KubeConfig{
+			Client:                 api.kc,
+			DisableRootConfigMap:   true,
+			APIServerProbeInterval: 10 * time.Millisecond,
+			APIServerGrace:         -1,
+		},
 	})
 	waitReady(t, s)
 	if n := api.probes.Load(); n != 0 {
 		t.Fatalf("%d probes sent with the check off", n)
 	}
-	waitReady(t, testkit.CA(t, caserver.Config{KubeClient: fake.NewClientset(), DisableRootConfigMap: true}))
+	waitReady(t, testkit.CA(t, caserver.Config{Kube: caserver.KubeConfig{Client: fake.NewClientset(), DisableRootConfigMap: true}}))
 }
 
 func TestAPIServerProbeIntervalRefused(t *testing.T) {
-	if _, err := caserver.New(caserver.Config{StateDir: t.TempDir(), APIServerProbeInterval: -time.Second}); err == nil {
+	if _, err := caserver.New(caserver.Config{StateDir: t.TempDir(), Kube: caserver.KubeConfig{APIServerProbeInterval: -time.Second}}); err == nil {
 		t.Fatal("New accepted a negative probe interval")
 	}
 }

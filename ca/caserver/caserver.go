@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/ca/cluster"
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/jwtkeys"
@@ -30,7 +30,6 @@ import (
 	"github.com/meshid/meshid/ca/kube/podcert"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/ca/rotation"
-	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/internal/buildinfo"
 	"github.com/meshid/meshid/internal/logs"
@@ -62,12 +61,16 @@ type Server struct {
 	podCert   *podcert.Controller // nil unless PodCertificateSigner
 	// upstream renews the intermediate; nil unless Config.Upstream.
 	upstream       *upstream.Renewer
-	upstreamMinted time.Time // when New minted the intermediate; zero if loaded
+	upstreamMinted time.Time            // when New minted the intermediate; zero if loaded
+	upstreamKeys   *upstream.ModuleKeys // the intermediates' keys with CAKey; nil otherwise
+	// upKube keeps the upstream's intermediate in a Secret the replicas
+	// share (Upstream with KubeCASecret, upstream_kube.go); nil otherwise.
+	upKube *upstreamKube
 
 	mu        sync.Mutex
 	authority *ca.Authority
-	rotation  *rotation.Rotation // every new CA goes through it
-	grpc      *server.Server
+	rotation  *rotation.Manager // every new CA goes through it
+	grpc      *certservice.Server
 	jwt       *authn.JWT           // nil without offline JWT; Run refreshes its keys
 	bound     *boundtoken.Verifier // nil unless local token verification; Run runs it
 }
@@ -119,12 +122,12 @@ func New(cfg Config) (_ *Server, err error) {
 	if s.apiserver, err = s.apiServerTracker(); err != nil {
 		return nil, err
 	}
-	if cfg.MonitoringListen != "" {
+	if cfg.Monitoring.Listen != "" {
 		s.monitor, err = monitor.New(monitor.Config{
-			Listen:   cfg.MonitoringListen,
+			Listen:   cfg.Monitoring.Listen,
 			Gatherer: cfg.Gatherer,
 			Ready:    s.Ready,
-			Handlers: pprofHandlers(cfg.Pprof),
+			Handlers: pprofHandlers(cfg.Monitoring.Pprof),
 			Logger:   cfg.Logger,
 		})
 		if err != nil {
@@ -162,7 +165,13 @@ func New(cfg Config) (_ *Server, err error) {
 		if cfg.Bundle != nil || cfg.CADir != "" || cfg.CAKey != nil {
 			return nil, errors.New("caserver: KubeCASecret keeps the CA in a Secret: it excludes a plugged-in CA directory and a module key")
 		}
-		s.kube, err = newKubeStack(cfg, s.kc.controllers, nil)
+		if cfg.Upstream.URL != nil {
+			if err := s.newUpstreamKube(); err != nil {
+				return nil, err
+			}
+			return s, nil
+		}
+		s.kube, err = newKubeStack(cfg, s.kc.controllers, nil, nil)
 		return s, err
 	}
 	var next *keystore.Bundle // a self-signed root or upstream intermediate prepared before a restart
@@ -170,7 +179,7 @@ func New(cfg Config) (_ *Server, err error) {
 	case s.selfSigned():
 		b, next, err = loadNext(cfg, cfg.StateDir, b)
 	case cfg.Upstream.URL != nil:
-		b, next, err = loadNext(cfg, filepath.Join(cfg.StateDir, upstreamDir), b)
+		b, next, err = s.loadUpstreamNext(b)
 	}
 	if err == nil {
 		err = s.build(b)
@@ -182,10 +191,10 @@ func New(cfg Config) (_ *Server, err error) {
 		s.startUpstream(cmp.Or(next, b))
 		s.caDir, err = s.caDirWatcher()
 	}
-	if err == nil && s.kc != nil && !cfg.DisableRootConfigMap {
+	if err == nil && s.kc != nil && !cfg.Kube.DisableRootConfigMap {
 		// Whatever holds the key, a CA with a cluster publishes its roots
 		// (istio-ca-root-cert) from the elected leader, as istiod does.
-		s.kube, err = newKubeStack(cfg, s.kc.controllers, s.authority)
+		s.kube, err = newKubeStack(cfg, s.kc.controllers, s.authority, nil)
 	}
 	if err != nil {
 		return nil, err
@@ -236,15 +245,15 @@ func (s *Server) loadBundle() (*keystore.Bundle, error) {
 // when node mode is off or there is no cluster to see pods in.
 func (s *Server) nodeAuthorizer() (*nodeauth.Authorizer, error) {
 	cfg := s.cfg
-	if len(cfg.TrustedNodeAccounts) == 0 {
+	if len(cfg.Authn.TrustedNodeAccounts) == 0 {
 		return nil, nil
 	}
 	if s.kc == nil {
-		s.log.Warn("trusted node accounts are configured but there is no Kubernetes client to see their pods: every impersonation will be refused", logs.KeyAccounts, len(cfg.TrustedNodeAccounts))
+		s.log.Warn("trusted node accounts are configured but there is no Kubernetes client to see their pods: every impersonation will be refused", logs.KeyAccounts, len(cfg.Authn.TrustedNodeAccounts))
 		return nil, nil
 	}
 	return nodeauth.New(nodeauth.Config{
-		TrustedAccounts: cfg.TrustedNodeAccounts,
+		TrustedAccounts: cfg.Authn.TrustedNodeAccounts,
 		Client:          s.kc.controllers,
 		TrustDomain:     cfg.TrustDomain,
 		Logger:          cfg.Logger,
@@ -261,8 +270,8 @@ func (s *Server) newJWTKeys() error {
 	cfg := s.cfg
 	if s.kc != nil {
 		store, err := jwtsecret.New(jwtsecret.Config{
-			Client: s.kc.controllers, Namespace: cfg.Namespace, Candidate: election.Candidate{Identity: cfg.PodName},
-			Lifetime: cfg.JWTKeyLifetime, TTL: cfg.JWTSVIDTTL,
+			Client: s.kc.controllers, Namespace: cfg.Kube.Namespace, Candidate: election.Candidate{Identity: cfg.Kube.PodName},
+			Lifetime: cfg.JWT.KeyLifetime, TTL: cfg.JWT.SVIDTTL,
 			Clock: cfg.Clock, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		})
 		s.jwtKube, s.jwtKeys = store, store
@@ -277,7 +286,7 @@ func (s *Server) newJWTKeys() error {
 		}
 	}
 	local, err := jwtkeys.NewLocal(jwtkeys.LocalConfig{
-		Dir: dir, Lifetime: cfg.JWTKeyLifetime, TTL: cfg.JWTSVIDTTL, Clock: cfg.Clock, Logger: cfg.Logger,
+		Dir: dir, Lifetime: cfg.JWT.KeyLifetime, TTL: cfg.JWT.SVIDTTL, Clock: cfg.Clock, Logger: cfg.Logger,
 	})
 	s.jwtKeys = local
 	return err
@@ -290,6 +299,7 @@ func (s *Server) closeKey() {
 			s.log.Warn("closing the CA key's module", logs.KeyError, err)
 		}
 	}
+	s.closeUpstreamKeys()
 }
 
 // build creates the authority, the authenticators and the gRPC server on
@@ -299,9 +309,9 @@ func (s *Server) build(b *keystore.Bundle) error {
 	authority, err := ca.New(ca.Config{
 		TrustDomain:   cfg.TrustDomain,
 		Bundle:        b,
-		DefaultTTL:    cfg.DefaultTTL,
-		MaxTTL:        cfg.MaxTTL,
-		CapTTLToToken: cfg.CapTTLToToken,
+		DefaultTTL:    cfg.Issuance.DefaultTTL,
+		MaxTTL:        cfg.Issuance.MaxTTL,
+		CapTTLToToken: cfg.Issuance.CapTTLToToken,
 		Clock:         cfg.Clock,
 		Logger:        cfg.Logger,
 		Registerer:    cfg.Registerer,
@@ -317,7 +327,7 @@ func (s *Server) build(b *keystore.Bundle) error {
 	// ca/jwtissuer).
 	jwtIssuer, err := jwtissuer.New(jwtissuer.Config{
 		TrustDomain: cfg.TrustDomain,
-		TTL:         cfg.JWTSVIDTTL,
+		TTL:         cfg.JWT.SVIDTTL,
 		Keys:        s.jwtKeys,
 		Clock:       cfg.Clock,
 		Logger:      cfg.Logger,
@@ -326,18 +336,18 @@ func (s *Server) build(b *keystore.Bundle) error {
 	if err != nil {
 		return err
 	}
-	scfg := server.Config{
+	scfg := certservice.Config{
 		Authority:     authority,
-		Authenticator: authn.NewChain(append(auths, cfg.ExtraAuthenticators...)...),
+		Authenticator: authn.NewChain(append(auths, cfg.Authn.Extra...)...),
 		Listen:        cfg.Listen,
-		ServingDNS:    cfg.ServingDNS,
-		ServingTTL:    cfg.ServingTTL,
-		RateLimit:     cfg.RateLimit,
-		RateBurst:     cfg.RateBurst,
+		ServingDNS:    cfg.Serving.DNSNames,
+		ServingTTL:    cfg.Serving.CertTTL,
+		RateLimit:     cfg.Limits.Rate,
+		RateBurst:     cfg.Limits.Burst,
 		// Connection limits: hole 10 of the security review (SECURITY.md).
-		MaxConnections:      cfg.MaxConnections,
-		MaxConnectionsPerIP: cfg.MaxConnectionsPerIP,
-		FirstRequestTimeout: cfg.FirstRequestTimeout,
+		MaxConnections:      cfg.Limits.MaxConnections,
+		MaxConnectionsPerIP: cfg.Limits.MaxConnectionsPerIP,
+		FirstRequestTimeout: cfg.Limits.FirstRequestTimeout,
 		JWT:                 jwtIssuer,
 		Federation:          s.fed.bundles(),
 		Clock:               cfg.Clock,
@@ -347,7 +357,7 @@ func (s *Server) build(b *keystore.Bundle) error {
 	if s.node != nil && s.router != nil { // node authorization by the caller's cluster
 		scfg.NodeAuthorizer = s.router
 	}
-	grpcSrv, err := server.New(scfg)
+	grpcSrv, err := certservice.New(scfg)
 	if err != nil {
 		return err
 	}
@@ -374,20 +384,20 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 		s.mu.Lock()
 		s.bound = v
 		s.mu.Unlock()
-		out = prepend(v, cfg.ClusterID, out)
+		out = prepend(v, cfg.Clusters.ID, out)
 	}
 	if s.router != nil { // TokenReview, by the cluster the request names
 		out = append(out, s.router)
 	} else { // no other cluster: a token for one is refused, as the router would
-		out = append(out, cluster.LocalOnly(cfg.ClusterID))
+		out = append(out, cluster.LocalOnly(cfg.Clusters.ID))
 	}
-	if cfg.JWKSFile != "" || cfg.JWTIssuer != "" {
+	if cfg.Authn.JWKSFile != "" || cfg.Authn.JWTIssuer != "" {
 		j, err := authn.NewJWT(authn.JWTConfig{
-			Issuer:    cfg.JWTIssuer,
-			Audiences: cfg.TokenAudiences,
-			JWKSFile:  cfg.JWKSFile,
+			Issuer:    cfg.Authn.JWTIssuer,
+			Audiences: cfg.Authn.TokenAudiences,
+			JWKSFile:  cfg.Authn.JWKSFile,
 			// MaxTokenLifetime: hole 12 of the security review.
-			MaxTokenLifetime: cfg.MaxTokenLifetime,
+			MaxTokenLifetime: cfg.Authn.MaxTokenLifetime,
 			Clock:            cfg.Clock,
 			Logger:           cfg.Logger,
 			Registerer:       cfg.Registerer,
@@ -399,7 +409,7 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 	}
 	cc, err := authn.NewClientCert(authn.ClientCertConfig{
 		TrustDomain:        authority.TrustDomain(),
-		TrustDomainAliases: cfg.TrustDomainAliases,
+		TrustDomainAliases: cfg.Authn.TrustDomainAliases,
 		Roots:              func() []*x509.Certificate { return authority.Bundle().Roots },
 		// With a plugged intermediate CA, a client presenting only its leaf
 		// still chains to the roots through the signing CA.
@@ -413,7 +423,7 @@ func (s *Server) authenticators(authority *ca.Authority) ([]authn.Authenticator,
 		return nil, nil, err
 	}
 	out = append(out, cc)
-	if s.kc == nil && cfg.JWKSFile == "" && cfg.JWTIssuer == "" && len(cfg.ExtraAuthenticators) == 0 {
+	if s.kc == nil && cfg.Authn.JWKSFile == "" && cfg.Authn.JWTIssuer == "" && len(cfg.Authn.Extra) == 0 {
 		s.log.Warn("no token authenticator configured (--kubeconfig, --jwks-file or --jwt-issuer); only client-certificate renewals will be accepted")
 	}
 	return out, jwt, nil
@@ -429,13 +439,13 @@ func (s *Server) Authority() *ca.Authority {
 
 // Rotation returns the CA's rotation; nil while Run waits for the
 // Kubernetes CA Secret.
-func (s *Server) Rotation() *rotation.Rotation {
+func (s *Server) Rotation() *rotation.Manager {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.rotation
 }
 
-func (s *Server) grpcServer() *server.Server {
+func (s *Server) grpcServer() *certservice.Server {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.grpc
@@ -495,7 +505,7 @@ func (s *Server) Ready() error {
 // Run serves until ctx ends or a component fails.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.closeKey()
-	applyGC(s.cfg.GCPercent, s.cfg.MemoryLimit)
+	applyGC(s.cfg.Runtime.GCPercent, s.cfg.Runtime.MemoryLimit)
 	if s.monitor != nil {
 		if err := s.monitor.Listen(); err != nil {
 			return err
@@ -531,8 +541,11 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.caDir != nil {
 		g.Go(func() error { return s.caDir.Run(ctx) })
 	}
-	if s.upstream != nil {
-		g.Go(func() error { return s.upstream.Run(ctx) })
+	if s.upstream != nil && s.upKube == nil { // with upKube, only the leader renews
+		g.Go(func() error { return s.runUpstream(ctx) })
+	}
+	if s.upKube != nil {
+		g.Go(func() error { return s.upKube.run(ctx) })
 	}
 	if s.admin != nil {
 		g.Go(func() error { return s.admin.Run(ctx) })
@@ -547,11 +560,17 @@ func (s *Server) Run(ctx context.Context) error {
 		g.Go(func() error { return s.podCert.Run(ctx) })
 	}
 	if s.kube != nil && s.cfg.KubeCASecret {
-		b, err := s.kube.waitForBundle(ctx, s.log, s.cfg.Namespace)
+		var b *keystore.Bundle
+		var err error
+		if s.upKube != nil {
+			b, err = s.upKube.wait(ctx)
+		} else {
+			b, err = s.kube.waitForBundle(ctx, s.log, s.cfg.Kube.Namespace)
+		}
 		if err == nil {
 			err = s.build(b)
 		}
-		var r *rotation.Rotation
+		var r *rotation.Manager
 		if err == nil {
 			r, err = s.newRotation(ctx, b, nil)
 		}
@@ -562,6 +581,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.rotation = r
 		s.mu.Unlock()
 		s.kube.attach(r)
+		if s.upKube != nil {
+			s.upKube.attach(r)
+		}
 		g.Go(func() error { return s.kube.followRotation(ctx, r) })
 	}
 	if r := s.Rotation(); r != nil {

@@ -39,11 +39,15 @@ func TestServe(t *testing.T) {
 	}
 	td := spiffeid.RequireTrustDomainFromString("example.org")
 	s := testkit.CA(t, caserver.Config{
-		TrustDomain:      td,
-		StateDir:         dir,
-		JWTIssuer:        iss.Issuer(),
-		JWKSFile:         filepath.Join(dir, devissuer.JWKSFile),
-		MonitoringListen: "127.0.0.1:0",
+		TrustDomain: td,
+		StateDir:    dir,
+		Authn: caserver.AuthnConfig{
+			JWTIssuer: iss.Issuer(),
+			JWKSFile:  filepath.Join(dir, devissuer.JWKSFile),
+		},
+		Monitoring: caserver.MonitoringConfig{
+			Listen: "127.0.0.1:0",
+		},
 	})
 	if s.Authority() == nil || s.Authority().TrustDomain() != td {
 		t.Fatalf("authority %v, want one for %s", s.Authority(), td)
@@ -123,14 +127,14 @@ func TestConfigErrors(t *testing.T) {
 		want string
 	}{
 		"kube CA secret without a cluster": {caserver.Config{KubeCASecret: true}, "KubeCASecret needs a Kubernetes client"},
-		"bad root key type":                {caserver.Config{RootKeyType: "dsa-1024"}, `root key type: certs: unknown key type "dsa-1024"`},
-		"negative TTL":                     {caserver.Config{DefaultTTL: -time.Hour}, "negative TTL"},
-		"negative rate limit":              {caserver.Config{RateLimit: -1}, "negative rate limit"},
+		"bad root key type":                {caserver.Config{RootKeyType: "dsa-1024"}, `RootKeyType: certs: unknown key type "dsa-1024"`},
+		"negative TTL":                     {caserver.Config{Issuance: caserver.IssuanceConfig{DefaultTTL: -time.Hour}}, "Issuance.DefaultTTL -1h0m0s is negative"},
+		"negative rate limit":              {caserver.Config{Limits: caserver.LimitsConfig{Rate: -1}}, "Limits.Rate -1 is negative"},
 		"missing CA dir":                   {caserver.Config{CADir: filepath.Join(t.TempDir(), "absent")}, "--ca-dir "},
-		"JWT-SVID TTL over 1h":             {caserver.Config{JWTSVIDTTL: jwtissuer.MaxTTL + time.Second}, "JWT-SVID TTL 1h0m1s is not within"},
-		"negative JWT-SVID TTL":            {caserver.Config{JWTSVIDTTL: -time.Second}, "JWT-SVID TTL -1s is not within"},
-		"JWT key lifetime under 10m":       {caserver.Config{JWTKeyLifetime: jwtkeys.MinLifetime - time.Second}, "key lifetime"},
-		"JWT key lifetime over 30 days":    {caserver.Config{JWTKeyLifetime: jwtkeys.MaxLifetime + time.Second}, "key lifetime"},
+		"JWT-SVID TTL over 1h":             {caserver.Config{JWT: caserver.JWTConfig{SVIDTTL: jwtissuer.MaxTTL + time.Second}}, "JWT.SVIDTTL 1h0m1s is not within"},
+		"negative JWT-SVID TTL":            {caserver.Config{JWT: caserver.JWTConfig{SVIDTTL: -time.Second}}, "JWT.SVIDTTL -1s is not within"},
+		"JWT key lifetime under 10m":       {caserver.Config{JWT: caserver.JWTConfig{KeyLifetime: jwtkeys.MinLifetime - time.Second}}, "key lifetime"},
+		"JWT key lifetime over 30 days":    {caserver.Config{JWT: caserver.JWTConfig{KeyLifetime: jwtkeys.MaxLifetime + time.Second}}, "key lifetime"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tc.cfg.StateDir = t.TempDir()
@@ -146,7 +150,7 @@ func TestConfigErrors(t *testing.T) {
 // so the tokens it issued before still validate.
 func TestJWTKeysSurviveARestart(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := caserver.New(caserver.Config{StateDir: dir, JWTKeyLifetime: time.Hour}); err != nil {
+	if _, err := caserver.New(caserver.Config{StateDir: dir, JWT: caserver.JWTConfig{KeyLifetime: time.Hour}}); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, jwtkeys.FileName)
@@ -157,7 +161,7 @@ func TestJWTKeysSurviveARestart(t *testing.T) {
 	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
 		t.Errorf("%s has mode %v, want 0600", path, fi.Mode().Perm())
 	}
-	if _, err := caserver.New(caserver.Config{StateDir: dir, JWTKeyLifetime: time.Hour}); err != nil {
+	if _, err := caserver.New(caserver.Config{StateDir: dir, JWT: caserver.JWTConfig{KeyLifetime: time.Hour}}); err != nil {
 		t.Fatal(err)
 	}
 	if after, _ := os.ReadFile(path); string(after) != string(before) {
@@ -195,7 +199,7 @@ func TestWarnsWithoutTokenAuthenticator(t *testing.T) {
 		warn bool
 	}{
 		"none":       {caserver.Config{}, true},
-		"JWT issuer": {caserver.Config{JWTIssuer: iss.Issuer(), JWKSFile: filepath.Join(dir, devissuer.JWKSFile)}, false},
+		"JWT issuer": {caserver.Config{Authn: caserver.AuthnConfig{JWTIssuer: iss.Issuer(), JWKSFile: filepath.Join(dir, devissuer.JWKSFile)}}, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var buf bytes.Buffer
@@ -215,7 +219,7 @@ func TestWarnsWithoutTokenAuthenticator(t *testing.T) {
 // TestListenBeforeRun: Listen binds the gRPC and the monitoring addresses,
 // so both accept connections before Run.
 func TestListenBeforeRun(t *testing.T) {
-	s, err := caserver.New(caserver.Config{StateDir: t.TempDir(), Listen: "127.0.0.1:0", MonitoringListen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	s, err := caserver.New(caserver.Config{StateDir: t.TempDir(), Listen: "127.0.0.1:0", Monitoring: caserver.MonitoringConfig{Listen: "127.0.0.1:0"}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,8 +346,8 @@ func TestSelfSignedRootRotationStateDir(t *testing.T) {
 
 // A root rotation threshold as long as a root's life would rotate without end.
 func TestRootRotationThresholdBounded(t *testing.T) {
-	_, err := caserver.New(caserver.Config{StateDir: t.TempDir(), RootRotationThreshold: keystore.DefaultRootTTL})
-	if err == nil || !strings.Contains(err.Error(), "root rotation threshold") {
+	_, err := caserver.New(caserver.Config{StateDir: t.TempDir(), Rotation: caserver.RotationConfig{RootThreshold: keystore.DefaultRootTTL}})
+	if err == nil || !strings.Contains(err.Error(), "Rotation.RootThreshold") {
 		t.Fatalf("New: %v", err)
 	}
 }

@@ -12,17 +12,17 @@ import (
 // RemoteKubeconfigs), or nil when the CA has no cluster at all.
 func (s *Server) clusterRouter() (*cluster.Router, error) {
 	cfg := s.cfg
-	if s.kc == nil && len(cfg.RemoteKubeconfigs) == 0 {
-		if cfg.RemoteSecrets {
+	if s.kc == nil && len(cfg.Clusters.RemoteKubeconfigs) == 0 {
+		if cfg.Clusters.RemoteSecrets {
 			return nil, errors.New("caserver: RemoteSecrets needs a Kubernetes client (--kubeconfig or in-cluster config) to watch the remote secrets")
 		}
 		return nil, nil
 	}
 	rcfg := cluster.Config{
-		LocalID:             cfg.ClusterID,
-		Kubeconfigs:         cfg.RemoteKubeconfigs,
-		Audiences:           cfg.TokenAudiences,
-		TrustedNodeAccounts: cfg.TrustedNodeAccounts,
+		LocalID:             cfg.Clusters.ID,
+		Kubeconfigs:         cfg.Clusters.RemoteKubeconfigs,
+		Audiences:           cfg.Authn.TokenAudiences,
+		TrustedNodeAccounts: cfg.Authn.TrustedNodeAccounts,
 		TrustDomain:         cfg.TrustDomain,
 		Clock:               cfg.Clock,
 		Logger:              cfg.Logger,
@@ -31,8 +31,8 @@ func (s *Server) clusterRouter() (*cluster.Router, error) {
 	if s.kc != nil {
 		tr, err := authn.NewTokenReview(authn.TokenReviewConfig{
 			Client:     s.kc.auth,
-			Audiences:  cfg.TokenAudiences,
-			Issuers:    cfg.TokenReviewIssuers,
+			Audiences:  cfg.Authn.TokenAudiences,
+			Issuers:    cfg.Authn.TokenReviewIssuers,
 			Logger:     cfg.Logger,
 			Registerer: cfg.Registerer,
 		})
@@ -51,7 +51,7 @@ func (s *Server) clusterRouter() (*cluster.Router, error) {
 // Namespace, or nil unless RemoteSecrets.
 func (s *Server) remoteSecrets() (*cluster.Watcher, error) {
 	cfg := s.cfg
-	if !cfg.RemoteSecrets {
+	if !cfg.Clusters.RemoteSecrets {
 		return nil, nil
 	}
 	if s.kc == nil || s.router == nil {
@@ -59,9 +59,9 @@ func (s *Server) remoteSecrets() (*cluster.Watcher, error) {
 	}
 	return cluster.NewWatcher(cluster.WatcherConfig{
 		Client:                    s.kc.controllers,
-		Namespace:                 cfg.Namespace,
+		Namespace:                 cfg.Kube.Namespace,
 		Router:                    s.router,
-		InsecureKubeconfigOptions: cfg.InsecureKubeconfigOptions,
+		InsecureKubeconfigOptions: cfg.Clusters.InsecureKubeconfigOptions,
 		Logger:                    cfg.Logger,
 	})
 }

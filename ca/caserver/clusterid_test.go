@@ -51,9 +51,13 @@ func TestUnknownClusterIDWithoutRouter(t *testing.T) {
 			s := testkit.CA(t, caserver.Config{
 				TrustDomain: exampleTD,
 				StateDir:    dir,
-				JWTIssuer:   iss.Issuer(),
-				JWKSFile:    filepath.Join(dir, devissuer.JWKSFile),
-				ClusterID:   tc.clusterID,
+				Authn: caserver.AuthnConfig{
+					JWTIssuer: iss.Issuer(),
+					JWKSFile:  filepath.Join(dir, devissuer.JWKSFile),
+				},
+				Clusters: caserver.ClustersConfig{
+					ID: tc.clusterID,
+				},
 			})
 			roots := x509.NewCertPool()
 			for _, r := range s.Authority().Bundle().Roots {

@@ -21,7 +21,7 @@ import (
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/ca/caserver"
-	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
@@ -48,13 +48,17 @@ func TestUnauthenticatedCallsDoNotHoldConnectionSlots(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	reg := prometheus.NewRegistry()
 	s := testkit.CA(t, caserver.Config{
-		TrustDomain:    exampleTD,
-		StateDir:       dir,
-		JWTIssuer:      iss.Issuer(),
-		JWKSFile:       filepath.Join(dir, devissuer.JWKSFile),
-		MaxConnections: slots,
-		Clock:          clk,
-		Registerer:     reg,
+		TrustDomain: exampleTD,
+		StateDir:    dir,
+		Authn: caserver.AuthnConfig{
+			JWTIssuer: iss.Issuer(),
+			JWKSFile:  filepath.Join(dir, devissuer.JWKSFile),
+		},
+		Limits: caserver.LimitsConfig{
+			MaxConnections: slots,
+		},
+		Clock:      clk,
+		Registerer: reg,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Guard) // a safety bound only
 	defer cancel()
@@ -113,7 +117,7 @@ func TestUnauthenticatedCallsDoNotHoldConnectionSlots(t *testing.T) {
 
 	// Each attacker's first-request timer was set when its connection
 	// was accepted, before its call returned.
-	clk.Add(server.DefaultFirstRequestTimeout)
+	clk.Add(certservice.DefaultFirstRequestTimeout)
 	for i, conn := range attackers {
 		if !conn.WaitForStateChange(ctx, connectivity.Ready) {
 			t.Fatalf("attacker %d: still connected after the first-request timeout", i)

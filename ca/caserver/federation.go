@@ -7,17 +7,17 @@ import (
 	"sync"
 
 	"github.com/meshid/meshid/ca"
-	"github.com/meshid/meshid/ca/federation"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/ca/jwtissuer"
-	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/ca/spiffefed"
 )
 
 // federationParts are the CA's SPIFFE federation: its bundle endpoint and
 // the Federator of the trust domains it federates with. Its methods accept
 // a nil receiver (no federation configured).
 type federationParts struct {
-	endpoint  *federation.Endpoint  // nil unless BundleEndpoint.Listen
-	federator *federation.Federator // nil without FederateWith
+	endpoint  *spiffefed.Endpoint  // nil unless BundleEndpoint.Listen
+	federator *spiffefed.Federator // nil without FederateWith
 
 	mu     sync.Mutex
 	issuer *jwtissuer.Issuer // the JWT-SVID keys, set by build
@@ -26,23 +26,23 @@ type federationParts struct {
 // newFederation builds the configured parts, or returns nil.
 func (s *Server) newFederation() (*federationParts, error) {
 	cfg := s.cfg
-	if cfg.BundleEndpoint.Listen == "" && len(cfg.FederateWith) == 0 {
+	if cfg.Federation.BundleEndpoint.Listen == "" && len(cfg.Federation.Peers) == 0 {
 		return nil, nil
 	}
 	f := &federationParts{}
-	if cfg.BundleEndpoint.Listen != "" {
-		ec := cfg.BundleEndpoint
+	if cfg.Federation.BundleEndpoint.Listen != "" {
+		ec := cfg.Federation.BundleEndpoint
 		ec.TrustDomain, ec.Source, ec.Authority = cfg.TrustDomain, f.source(s.Authority), s.Authority
 		ec.Clock, ec.Logger, ec.Registerer = cfg.Clock, cfg.Logger, cfg.Registerer
-		e, err := federation.NewEndpoint(ec)
+		e, err := spiffefed.NewEndpoint(ec)
 		if err != nil {
 			return nil, err
 		}
 		f.endpoint = e
 	}
-	if len(cfg.FederateWith) > 0 {
-		fed, err := federation.New(federation.Config{
-			TrustDomain: cfg.TrustDomain, Peers: cfg.FederateWith, StateDir: cfg.StateDir,
+	if len(cfg.Federation.Peers) > 0 {
+		fed, err := spiffefed.New(spiffefed.Config{
+			TrustDomain: cfg.TrustDomain, Peers: cfg.Federation.Peers, StateDir: cfg.StateDir,
 			Clock: cfg.Clock, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		})
 		if err != nil {
@@ -55,7 +55,7 @@ func (s *Server) newFederation() (*federationParts, error) {
 
 // source publishes the authority's roots (the union during a rotation, as
 // ROOTCA) and the JWT-SVID keys.
-func (f *federationParts) source(authority func() *ca.Authority) federation.Source {
+func (f *federationParts) source(authority func() *ca.Authority) spiffefed.Source {
 	return func() ([]*x509.Certificate, []byte, error) {
 		a := authority()
 		if a == nil {
@@ -84,9 +84,9 @@ func (f *federationParts) setIssuer(iss *jwtissuer.Issuer) {
 	f.mu.Unlock()
 }
 
-// bundles is what ca/server hands to the agents; nil (not a typed nil)
+// bundles is what ca/certservice hands to the agents; nil (not a typed nil)
 // without a Federator.
-func (f *federationParts) bundles() server.FederatedBundles {
+func (f *federationParts) bundles() certservice.FederatedBundles {
 	if f == nil || f.federator == nil {
 		return nil
 	}
@@ -123,7 +123,7 @@ func (s *Server) BundleEndpointAddr() net.Addr {
 
 // Federation returns the state of each federated trust domain (nil
 // without federation), for inspect.
-func (s *Server) Federation() []federation.PeerStatus {
+func (s *Server) Federation() []spiffefed.PeerStatus {
 	if s.fed == nil || s.fed.federator == nil {
 		return nil
 	}

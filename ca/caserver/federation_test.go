@@ -6,12 +6,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
-	gofed "github.com/spiffe/go-spiffe/v2/federation"
+	"github.com/spiffe/go-spiffe/v2/federation"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/meshid/meshid/ca/caserver"
-	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/ca/spiffefed"
 	"github.com/meshid/meshid/testkit"
 )
 
@@ -25,14 +25,16 @@ func TestBundleEndpointServesTheRotationUnion(t *testing.T) {
 	td := spiffeid.RequireTrustDomainFromString("b.example")
 	s := testkit.CA(t, caserver.Config{
 		TrustDomain: td, StateDir: dir, Registerer: prometheus.NewRegistry(),
-		BundleEndpoint: federation.EndpointConfig{Listen: "127.0.0.1:0"},
+		Federation: caserver.FederationConfig{
+			BundleEndpoint: spiffefed.EndpointConfig{Listen: "127.0.0.1:0"},
+		},
 	})
 	url := "https://" + s.BundleEndpointAddr().String() + "/"
 	rootFile := filepath.Join(dir, keystore.RootCertFile)
 	fetch := func() *spiffebundle.Bundle {
 		t.Helper()
 		boot := spiffebundle.FromX509Authorities(td, testkit.ReadCerts(t, rootFile))
-		b, err := gofed.FetchBundle(t.Context(), td, url, gofed.WithSPIFFEAuth(boot, federation.EndpointID(td)))
+		b, err := federation.FetchBundle(t.Context(), td, url, federation.WithSPIFFEAuth(boot, spiffefed.EndpointID(td)))
 		if err != nil {
 			t.Fatal(err)
 		}

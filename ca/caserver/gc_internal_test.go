@@ -18,26 +18,26 @@ func TestApplyGC(t *testing.T) {
 		return p, debug.SetMemoryLimit(-1)
 	}
 
-	cfg, err := Config{PodName: "p"}.withDefaults()
+	cfg, err := Config{Kube: KubeConfig{PodName: "p"}}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
-	applyGC(cfg.GCPercent, cfg.MemoryLimit)
+	applyGC(cfg.Runtime.GCPercent, cfg.Runtime.MemoryLimit)
 	if p, l := current(); p != DefaultGCPercent || l != math.MaxInt64 {
 		t.Errorf("defaults: GOGC %d, limit %d; want %d, no limit", p, l, DefaultGCPercent)
 	}
 
 	debug.SetGCPercent(150)
-	cfg, err = Config{PodName: "p", GCPercent: -1, MemoryLimit: 1 << 30}.withDefaults()
+	cfg, err = Config{Kube: KubeConfig{PodName: "p"}, Runtime: RuntimeConfig{GCPercent: -1, MemoryLimit: 1 << 30}}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
-	applyGC(cfg.GCPercent, cfg.MemoryLimit)
+	applyGC(cfg.Runtime.GCPercent, cfg.Runtime.MemoryLimit)
 	if p, l := current(); p != 150 || l != 1<<30 {
 		t.Errorf("GCPercent -1, MemoryLimit 1 GiB: GOGC %d, limit %d; want the runtime's 150 and 1 GiB", p, l)
 	}
 
-	if _, err := (Config{PodName: "p", MemoryLimit: -1}).withDefaults(); err == nil {
+	if _, err := (Config{Kube: KubeConfig{PodName: "p"}, Runtime: RuntimeConfig{MemoryLimit: -1}}).withDefaults(); err == nil {
 		t.Error("a negative memory limit was accepted")
 	}
 }

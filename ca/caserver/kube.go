@@ -11,9 +11,8 @@ import (
 
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube"
-	kubeclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/ca/kube/election"
-	kubeapi "github.com/meshid/meshid/ca/kubeclient"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/rotation"
 	"github.com/meshid/meshid/internal/logs"
 )
@@ -22,23 +21,23 @@ import (
 // TokenReviews, controllers serves election, the publisher and informers,
 // each with its own rate limit so that neither starves the other.
 type kubeClients struct {
-	auth, controllers kubeapi.Interface
+	auth, controllers kubeclient.Interface
 	// metadata serves the bound-token verifier's informers, at the
-	// controllers' rate limit; nil with Config.KubeClient.
+	// controllers' rate limit; nil with Config.Kube.Client.
 	metadata metadata.Interface
 	// podcerts answers PodCertificateRequests, at the TokenReview
 	// client's rate (one status write per pod certificate, a restart
 	// storm's worth); nil unless PodCertificateSigner.
-	podcerts kubeapi.Interface
+	podcerts kubeclient.Interface
 }
 
-// newKubeClients returns cfg.KubeClient for both, clients from Kubeconfig
+// newKubeClients returns cfg.Kube.Client for both, clients from Kubeconfig
 // or the in-cluster config, or nil outside a cluster with no kubeconfig.
 func newKubeClients(cfg Config) (*kubeClients, error) {
-	if cfg.KubeClient != nil {
-		return &kubeClients{auth: cfg.KubeClient, controllers: cfg.KubeClient}, nil
+	if cfg.Kube.Client != nil {
+		return &kubeClients{auth: cfg.Kube.Client, controllers: cfg.Kube.Client}, nil
 	}
-	cs, err := kubeclient.New(kubeclient.Config{Kubeconfig: cfg.Kubeconfig, QPS: cfg.KubeQPS, Burst: cfg.KubeBurst})
+	cs, err := kubeclient.NewClients(kubeclient.Config{Kubeconfig: cfg.Kube.Kubeconfig, QPS: cfg.Kube.QPS, Burst: cfg.Kube.Burst})
 	if errors.Is(err, kubeclient.ErrNotInCluster) {
 		return nil, nil
 	}
@@ -50,10 +49,10 @@ func newKubeClients(cfg Config) (*kubeClients, error) {
 		return nil, fmt.Errorf("caserver: kubernetes metadata client: %w", err)
 	}
 	kc := &kubeClients{auth: cs.Auth, controllers: cs.Controllers, metadata: md}
-	if cfg.PodCertificateSigner != "" {
+	if cfg.Kube.PodCertificateSigner != "" {
 		pc := rest.CopyConfig(cs.AuthConfig)
 		pc.UserAgent = kubeclient.DefaultUserAgent + "/podcertificates"
-		if kc.podcerts, err = kubeapi.New(pc); err != nil {
+		if kc.podcerts, err = kubeclient.New(pc); err != nil {
 			return nil, fmt.Errorf("caserver: pod certificate client: %w", err)
 		}
 	}
@@ -67,20 +66,22 @@ type kubeStack struct {
 }
 
 // newKubeStack builds the Controller: with roots nil it keeps the CA in a
-// Secret (KubeCASecret); otherwise it publishes roots' bundle.
-func newKubeStack(cfg Config, kc kubeapi.Interface, roots kube.RootSource) (*kubeStack, error) {
+// Secret (KubeCASecret); otherwise it publishes roots' bundle. lead, if
+// not nil, runs on the elected replica (the upstream's minter).
+func newKubeStack(cfg Config, kc kubeclient.Interface, roots kube.RootSource, lead func(context.Context)) (*kubeStack, error) {
 	kcfg := kube.Config{
 		Client:            kc,
-		Namespace:         cfg.Namespace,
-		Candidate:         election.Candidate{Identity: cfg.PodName},
+		Namespace:         cfg.Kube.Namespace,
+		Candidate:         election.Candidate{Identity: cfg.Kube.PodName},
 		TrustDomain:       cfg.TrustDomain.Name(),
 		RootKeyType:       cfg.RootKeyType,
-		DisablePublisher:  cfg.DisableRootConfigMap,
-		PublishNamespaces: cfg.RootConfigMapNamespaces,
+		DisablePublisher:  cfg.Kube.DisableRootConfigMap,
+		PublishNamespaces: cfg.Kube.RootConfigMapNamespaces,
 		Clock:             cfg.Clock,
 		Logger:            cfg.Logger,
 		Registerer:        cfg.Registerer,
 		Roots:             roots,
+		Lead:              lead,
 	}
 	ctrl, err := kube.New(kcfg)
 	if err != nil {
@@ -102,13 +103,13 @@ func (k *kubeStack) waitForBundle(ctx context.Context, log *slog.Logger, namespa
 
 // rotationState returns the rotation's Store in the cluster, written by
 // the elected leader, and keeps it for followRotation.
-func (k *kubeStack) rotationState(cfg Config, kc kubeapi.Interface) *kubeRotationState {
-	k.state = &kubeRotationState{client: kc, namespace: cfg.Namespace, leader: k.ctrl.IsLeader, log: cfg.Logger}
+func (k *kubeStack) rotationState(cfg Config, kc kubeclient.Interface) *kubeRotationState {
+	k.state = &kubeRotationState{client: kc, namespace: cfg.Kube.Namespace, leader: k.ctrl.IsLeader, log: cfg.Logger}
 	return k.state
 }
 
 // followRotation keeps r on the leader's rotation clock until ctx ends.
-func (k *kubeStack) followRotation(ctx context.Context, r *rotation.Rotation) error {
+func (k *kubeStack) followRotation(ctx context.Context, r *rotation.Manager) error {
 	return k.state.follow(ctx, r)
 }
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	kubeapi "github.com/meshid/meshid/ca/kubeclient"
+	"github.com/meshid/meshid/ca/kubeclient"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,7 +29,7 @@ const (
 // one Secret), so that all replicas keep the leader's clock; only the
 // leader writes it.
 type kubeRotationState struct {
-	client    kubeapi.Interface
+	client    kubeclient.Interface
 	namespace string
 	leader    func() bool
 	log       *slog.Logger
@@ -74,7 +74,7 @@ func wrapState(err error) error {
 // restore hands the saved record, if any, to r (before it serves). A
 // Secret that cannot be read is logged, not fatal: the CA serves on the
 // CA Secret alone, as before a rotation state existed.
-func (k *kubeRotationState) restore(ctx context.Context, r *rotation.Rotation) {
+func (k *kubeRotationState) restore(ctx context.Context, r *rotation.Manager) {
 	sec, err := k.client.CoreV1().Secrets(k.namespace).Get(ctx, RotationStateSecret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return
@@ -87,8 +87,8 @@ func (k *kubeRotationState) restore(ctx context.Context, r *rotation.Rotation) {
 }
 
 // follow hands every version of the record to r.Follow until ctx ends.
-func (k *kubeRotationState) follow(ctx context.Context, r *rotation.Rotation) error {
-	inf := kubeapi.NamedSecretInformer(k.client, k.namespace, RotationStateSecret)
+func (k *kubeRotationState) follow(ctx context.Context, r *rotation.Manager) error {
+	inf := kubeclient.NamedSecretInformer(k.client, k.namespace, RotationStateSecret)
 	handle := func(obj any) {
 		// The name check too: a fake client ignores the field selector.
 		if sec, ok := obj.(*corev1.Secret); ok && sec.Name == RotationStateSecret {

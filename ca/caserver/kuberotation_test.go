@@ -25,7 +25,7 @@ import (
 func kubeCA(t *testing.T, client *fake.Clientset, pod string) *caserver.Server {
 	t.Helper()
 	logs := testkit.NewLogRecorder()
-	s := testkit.CA(t, caserver.Config{KubeClient: client, KubeCASecret: true, PodName: pod, Logger: logs.Logger()})
+	s := testkit.CA(t, caserver.Config{Kube: caserver.KubeConfig{Client: client, PodName: pod}, KubeCASecret: true, Logger: logs.Logger()})
 	logs.WaitFor(t, "meshid CA serving", 1)
 	return s
 }
@@ -82,7 +82,7 @@ func results[W interface{ ResultChan() <-chan E }, E any](ctx context.Context, w
 
 // until waits, on the cluster's events and the rotations' changes, until
 // cond holds.
-func (c *cluster) until(t *testing.T, what string, cond func() bool, rots ...*rotation.Rotation) {
+func (c *cluster) until(t *testing.T, what string, cond func() bool, rots ...*rotation.Manager) {
 	t.Helper()
 	guard := time.NewTimer(testkit.Guard)
 	defer guard.Stop()

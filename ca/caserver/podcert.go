@@ -14,24 +14,24 @@ import (
 // PodCertificateSigner, or nil when it is off.
 func (s *Server) podCertificates() (*podcert.Controller, error) {
 	cfg := s.cfg
-	if cfg.PodCertificateSigner == "" {
+	if cfg.Kube.PodCertificateSigner == "" {
 		return nil, nil
 	}
 	if s.kc == nil || s.kc.podcerts == nil || s.kc.metadata == nil {
 		return nil, errors.New("caserver: PodCertificateSigner needs a Kubernetes client from --kubeconfig or the in-cluster config")
 	}
 	return podcert.New(podcert.Config{
-		SignerName:  cfg.PodCertificateSigner,
+		SignerName:  cfg.Kube.PodCertificateSigner,
 		Client:      s.kc.podcerts,
 		Metadata:    s.kc.metadata,
-		Namespace:   cfg.Namespace,
-		Candidate:   election.Candidate{Identity: cfg.PodName},
+		Namespace:   cfg.Kube.Namespace,
+		Candidate:   election.Candidate{Identity: cfg.Kube.PodName},
 		TrustDomain: cfg.TrustDomain,
 		Signer:      authoritySigner{s},
 		Roots:       authoritySigner{s},
-		DefaultTTL:  cfg.DefaultTTL,
-		MaxTTL:      cfg.MaxTTL,
-		GraceRatio:  cfg.PodCertificateRefresh,
+		DefaultTTL:  cfg.Issuance.DefaultTTL,
+		MaxTTL:      cfg.Issuance.MaxTTL,
+		GraceRatio:  cfg.Kube.PodCertificateRefresh,
 		Clock:       cfg.Clock,
 		Logger:      cfg.Logger,
 		Registerer:  cfg.Registerer,

@@ -22,15 +22,15 @@ func TestPodNameDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.PodName == b.PodName {
-		t.Fatalf("two replicas without a pod name share the identity %q", a.PodName)
+	if a.Kube.PodName == b.Kube.PodName {
+		t.Fatalf("two replicas without a pod name share the identity %q", a.Kube.PodName)
 	}
 	for _, c := range []Config{a, b} {
-		if !strings.HasPrefix(c.PodName, host+"_") || len(c.PodName) != len(host)+13 {
-			t.Errorf("identity %q, want %q, '_' and 12 random characters", c.PodName, host)
+		if !strings.HasPrefix(c.Kube.PodName, host+"_") || len(c.Kube.PodName) != len(host)+13 {
+			t.Errorf("identity %q, want %q, '_' and 12 random characters", c.Kube.PodName, host)
 		}
 	}
-	if c, err := (Config{PodName: "meshid-0"}).withDefaults(); err != nil || c.PodName != "meshid-0" {
-		t.Errorf("PodName meshid-0: %q, %v", c.PodName, err)
+	if c, err := (Config{Kube: KubeConfig{PodName: "meshid-0"}}).withDefaults(); err != nil || c.Kube.PodName != "meshid-0" {
+		t.Errorf("PodName meshid-0: %q, %v", c.Kube.PodName, err)
 	}
 }

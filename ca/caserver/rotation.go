@@ -13,6 +13,7 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/rotation"
+	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/logs"
 )
@@ -26,7 +27,7 @@ const nextDir = "next"
 // expiry, the admin socket) offers new CAs to it, never to the authority.
 // It restores the state saved before a restart: from the state Secret
 // when the CA is kept in a Secret, else from <state-dir>/rotation.json.
-func (s *Server) newRotation(ctx context.Context, b, next *keystore.Bundle) (*rotation.Rotation, error) {
+func (s *Server) newRotation(ctx context.Context, b, next *keystore.Bundle) (*rotation.Manager, error) {
 	cfg := s.cfg
 	t := &rotationTarget{authority: s.authority, log: s.log}
 	var kubeState *kubeRotationState
@@ -48,9 +49,9 @@ func (s *Server) newRotation(ctx context.Context, b, next *keystore.Bundle) (*ro
 		Store:                 file,
 		Target:                t,
 		Check:                 s.authority.Check,
-		Propagation:           cfg.RotationPropagation,
-		RetireAfter:           cfg.MaxTTL + ca.DefaultClockSkew,
-		RootRotationThreshold: cfg.RootRotationThreshold,
+		Propagation:           cfg.Rotation.Propagation,
+		RetireAfter:           cfg.Issuance.MaxTTL + ca.DefaultClockSkew,
+		RootRotationThreshold: cfg.Rotation.RootThreshold,
 		Clock:                 cfg.Clock,
 		Logger:                cfg.Logger,
 		Registerer:            cfg.Registerer,
@@ -127,7 +128,7 @@ func (f rotationFile) Save(_ context.Context, data []byte) error {
 // restore hands the saved record, if any, to r. A file that is not a
 // regular file, that others may write, or that r refuses is moved aside
 // (rotation.json.refused, for the operator to look at) and not used.
-func (f rotationFile) restore(r *rotation.Rotation) {
+func (f rotationFile) restore(r *rotation.Manager) {
 	data, err := f.read()
 	if err == nil && data == nil {
 		return // no saved state: a first start
@@ -284,8 +285,17 @@ func (t *rotationTarget) promote(signing *x509.Certificate) error {
 	// The key last: a complete set is marked by it. root-cert.pem too
 	// (upstream/ keeps the upstream's roots; the state directory's is
 	// written with the trust bundle right after).
-	for _, name := range []string{keystore.CACertFile, keystore.CertChainFile, keystore.RootCertFile, keystore.CAKeyFile} {
-		if err := os.Rename(filepath.Join(dir, name), filepath.Join(t.home, name)); err != nil {
+	// The key is ca-key.pem or, in a module, the file naming it: the
+	// other form left in home is removed.
+	for _, name := range []string{keystore.CACertFile, keystore.CertChainFile, keystore.RootCertFile, keystore.CAKeyFile, upstream.KeyIDFile} {
+		err := os.Rename(filepath.Join(dir, name), filepath.Join(t.home, name))
+		if errors.Is(err, fs.ErrNotExist) && (name == keystore.CAKeyFile || name == upstream.KeyIDFile) {
+			err = os.Remove(filepath.Join(t.home, name))
+			if errors.Is(err, fs.ErrNotExist) {
+				err = nil
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("caserver: activating the new root: %w", err)
 		}
 	}

@@ -34,11 +34,17 @@ func TestServingTTLIndependentOfWorkloadLimits(t *testing.T) {
 			s := testkit.CA(t, caserver.Config{
 				TrustDomain: spiffeid.RequireTrustDomainFromString("example.org"),
 				StateDir:    dir,
-				JWTIssuer:   iss.Issuer(),
-				JWKSFile:    filepath.Join(dir, devissuer.JWKSFile),
-				DefaultTTL:  90 * time.Second,
-				MaxTTL:      3 * time.Minute,
-				ServingTTL:  tc.serving,
+				Authn: caserver.AuthnConfig{
+					JWTIssuer: iss.Issuer(),
+					JWKSFile:  filepath.Join(dir, devissuer.JWKSFile),
+				},
+				Issuance: caserver.IssuanceConfig{
+					DefaultTTL: 90 * time.Second,
+					MaxTTL:     3 * time.Minute,
+				},
+				Serving: caserver.ServingConfig{
+					CertTTL: tc.serving,
+				},
 			})
 			pool := x509.NewCertPool()
 			pool.AddCert(s.Authority().Bundle().Roots[0])

@@ -14,7 +14,7 @@ import (
 // the log and in meshid_ca_token_verification_mode).
 func (s *Server) boundTokenVerifier() (*boundtoken.Verifier, error) {
 	cfg := s.cfg
-	mode := cfg.TokenVerification
+	mode := cfg.Authn.TokenVerification
 	if mode != boundtoken.ModeTokenReview && s.kc.metadata == nil {
 		s.log.Warn("local token verification needs a client from --kubeconfig or the in-cluster config; every token goes to TokenReview", logs.KeyConfigured, string(mode))
 		mode = boundtoken.ModeTokenReview
@@ -26,7 +26,7 @@ func (s *Server) boundTokenVerifier() (*boundtoken.Verifier, error) {
 		REST:       s.kc.auth.CoreV1().RESTClient(),
 		Metadata:   s.kc.metadata,
 		Mode:       mode,
-		Audiences:  cfg.TokenAudiences,
+		Audiences:  cfg.Authn.TokenAudiences,
 		Clock:      cfg.Clock,
 		Logger:     cfg.Logger,
 		Registerer: cfg.Registerer,

@@ -20,7 +20,7 @@ import (
 // meshid_ca_token_verification_mode, whatever was asked. test/kube covers
 // local verification against the real API server.
 func TestTokenVerificationMode(t *testing.T) {
-	if _, err := caserver.New(caserver.Config{StateDir: t.TempDir(), TokenVerification: "fast"}); err == nil {
+	if _, err := caserver.New(caserver.Config{StateDir: t.TempDir(), Authn: caserver.AuthnConfig{TokenVerification: "fast"}}); err == nil {
 		t.Fatal("New accepted token verification mode fast")
 	}
 	for _, m := range []boundtoken.Mode{"", boundtoken.ModeLocal, boundtoken.ModeTokenReview} {
@@ -28,9 +28,16 @@ func TestTokenVerificationMode(t *testing.T) {
 			var buf bytes.Buffer
 			reg := prometheus.NewRegistry()
 			_, err := caserver.New(caserver.Config{
-				StateDir: t.TempDir(), KubeClient: fake.NewClientset(), TokenVerification: m,
-				DisableRootConfigMap: true, Registerer: reg,
-				Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+				StateDir: t.TempDir(), Kube: caserver.KubeConfig{
+					Client:               fake.NewClientset(),
+					DisableRootConfigMap: true,
+				},
+				Authn: caserver.AuthnConfig{
+					TokenVerification: m,
+				},
+
+				Registerer: reg,
+				Logger:     slog.New(slog.NewTextHandler(&buf, nil)),
 			})
 			if err != nil {
 				t.Fatal(err)

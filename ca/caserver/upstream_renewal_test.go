@@ -61,12 +61,20 @@ func TestUpstreamRenewalUnderMTLS(t *testing.T) {
 	logs, reg := testkit.NewLogRecorder(), prometheus.NewRegistry()
 	s := testkit.CA(t, caserver.Config{
 		TrustDomain: td, StateDir: dir,
-		JWTIssuer: iss.Issuer(), JWKSFile: filepath.Join(dir, devissuer.JWKSFile),
-		Upstream:            caserver.UpstreamConfig{URL: u, CredentialsFile: up.KeyFile, Lifetime: life, RenewAt: 0.5},
-		DefaultTTL:          ttl,
-		MaxTTL:              ttl,
-		RotationPropagation: propagation,
-		Clock:               fake, Logger: logs.Logger(), Registerer: reg,
+		Authn: caserver.AuthnConfig{
+			JWTIssuer: iss.Issuer(),
+			JWKSFile:  filepath.Join(dir, devissuer.JWKSFile),
+		},
+
+		Upstream: caserver.UpstreamConfig{URL: u, CredentialsFile: up.KeyFile, Lifetime: life, RenewAt: 0.5},
+		Issuance: caserver.IssuanceConfig{
+			DefaultTTL: ttl,
+			MaxTTL:     ttl,
+		},
+		Rotation: caserver.RotationConfig{
+			Propagation: propagation,
+		},
+		Clock: fake, Logger: logs.Logger(), Registerer: reg,
 	})
 	rootFile := filepath.Join(dir, "root-cert.pem")
 	proxy := func(sa string) *testkit.SDSProxy {
@@ -346,7 +354,10 @@ func TestUpstreamRestartWhilePrepared(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := caserver.Config{
-		StateDir: dir, Listen: "127.0.0.1:0", RotationPropagation: propagation, Clock: fake,
+		StateDir: dir, Listen: "127.0.0.1:0", Rotation: caserver.RotationConfig{
+			Propagation: propagation,
+		},
+		Clock:    fake,
 		Upstream: caserver.UpstreamConfig{URL: u, CredentialsFile: up.KeyFile, Lifetime: life, RenewAt: 0.5},
 	}
 	s1, err := caserver.New(cfg)

@@ -71,8 +71,10 @@ func newUpstreamWorldWith(t *testing.T, root *x509.Certificate, rawURL, credenti
 	w.s = testkit.CA(t, caserver.Config{
 		TrustDomain: w.td,
 		StateDir:    w.dir,
-		JWTIssuer:   w.iss.Issuer(),
-		JWKSFile:    filepath.Join(w.dir, devissuer.JWKSFile),
+		Authn: caserver.AuthnConfig{
+			JWTIssuer: w.iss.Issuer(),
+			JWKSFile:  filepath.Join(w.dir, devissuer.JWKSFile),
+		},
 		// cfssl's profile gives 2h; renewed at a quarter of the life.
 		Upstream:   caserver.UpstreamConfig{URL: u, CredentialsFile: credentials, Lifetime: lifetime, RenewAt: 0.25},
 		Clock:      w.fake,

@@ -16,7 +16,7 @@ import (
 const DefaultMaxKubeconfigSize = 64 << 10
 
 // Options a remote secret's kubeconfig may use only when allowed
-// (Config.InsecureKubeconfigOptions, Istio's
+// (caserver.Config.Clusters.InsecureKubeconfigOptions, Istio's
 // PILOT_INSECURE_MULTICLUSTER_KUBECONFIG_OPTIONS): each runs a program or
 // reads a file of the CA's pod, which whoever writes a Secret in the CA's
 // namespace must not be able to make the CA do. An auth provider other

@@ -10,7 +10,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/meshid/meshid/ca/authn"
-	kclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/nodeauth"
 	"github.com/meshid/meshid/internal/logs"
@@ -39,7 +38,7 @@ func (r *Router) newRemote(id string, rc *rest.Config) (*remote, error) {
 	if len(r.cfg.TrustedNodeAccounts) == 0 {
 		return rem, nil
 	}
-	pods, err := kubeclient.New(limited(rc, kclient.DefaultControllerQPS, kclient.DefaultControllerBurst, "controllers"))
+	pods, err := kubeclient.New(limited(rc, kubeclient.DefaultControllerQPS, kubeclient.DefaultControllerBurst, "controllers"))
 	if err != nil {
 		return nil, fmt.Errorf("pods client: %w", err)
 	}
@@ -58,10 +57,10 @@ func limited(rc *rest.Config, qps float32, burst int, use string) *rest.Config {
 	c := rest.CopyConfig(rc)
 	c.QPS, c.Burst = qps, burst
 	c.RateLimiter = nil
-	c.UserAgent = kclient.DefaultUserAgent + "/remote-" + use
+	c.UserAgent = kubeclient.DefaultUserAgent + "/remote-" + use
 	// A TokenReview's message names the API server's throttling (429s),
 	// as with the local cluster's client.
-	c.Wrap(kclient.CountThrottled)
+	c.Wrap(kubeclient.CountThrottled)
 	c.ContentType = "application/vnd.kubernetes.protobuf"
 	c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	return c

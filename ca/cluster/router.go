@@ -33,7 +33,7 @@ const (
 	DefaultMaxClusters = 64
 	// DefaultQPS and DefaultBurst limit each remote cluster's TokenReview
 	// client (a remote cluster serves a share of the mesh; its node
-	// informer has the controllers' limits of ca/kube/client).
+	// informer has the controllers' limits of ca/kubeclient).
 	DefaultQPS   = 100
 	DefaultBurst = 200
 	// DefaultProbeTimeout bounds the check of a new remote cluster.

@@ -287,7 +287,7 @@ func TestRouterProbeTimeout(t *testing.T) {
 
 // A remote API server's flow control rejecting the CA's reviews (429) is
 // named in the Unavailable the caller gets, as for the local cluster: the
-// remote TokenReview client reports its 429s (ca/kube/client).
+// remote TokenReview client reports its 429s (ca/kubeclient).
 func TestRemoteThrottlingNamed(t *testing.T) {
 	var throttled atomic.Int64
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

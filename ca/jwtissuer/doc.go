@@ -1,5 +1,5 @@
 // Package jwtissuer mints the CA's JWT-SVIDs: short-lived, audience-bound
-// tokens whose subject is the SPIFFE ID a caller proved (ca/server
+// tokens whose subject is the SPIFFE ID a caller proved (ca/certservice
 // authenticates it exactly as for CreateCertificate), signed with ES256 by
 // a dedicated signing key, and the JWKS bundle that verifies them.
 //

@@ -42,7 +42,7 @@ type BundleTarget interface {
 }
 
 // refuser is a BundleTarget that wants to know of a directory that could
-// not be loaded (ca/rotation.Rotation: its rotation is then stuck).
+// not be loaded (ca/rotation.Manager: its rotation is then stuck).
 type refuser interface{ Refuse(error) }
 
 // DirWatcherConfig configures a DirWatcher.

@@ -45,9 +45,9 @@ const DefaultRootPollInterval = time.Second
 //     and the leader publishes its roots.
 //   - Roots set: elsewhere (a state directory, a mounted cacerts directory,
 //     an HSM). The Controller only elects a leader, which publishes the
-//     roots the source holds and follows their changes.
+//     roots the source holds and follows their changes (and runs Lead).
 type Config struct {
-	// Client is the controllers' client (ca/kube/client's Controllers),
+	// Client is the controllers' client (ca/kubeclient's Controllers),
 	// never the one that sends TokenReviews. Required.
 	Client    kubeclient.Interface
 	Namespace string // the CA's namespace (POD_NAMESPACE); required
@@ -74,6 +74,12 @@ type Config struct {
 	// kube-system, kube-public, kube-node-lease).
 	PublishNamespaces labels.Selector
 
+	// Lead is a further leader-only task (the upstream CA's minting
+	// replica, ca/caserver): it runs while this replica leads, and its ctx
+	// ends when it stops leading. With Lead set the Controller elects even
+	// when it has nothing else to lead.
+	Lead func(ctx context.Context)
+
 	RootKeyType certs.KeyType // key of a self-signed root created by the leader
 	RootTTL     time.Duration // its lifetime; 0 = the keystore default
 
@@ -96,6 +102,7 @@ type Controller struct {
 	store     *secretstore.Store       // nil unless the Secret mode
 	publisher *rootpublisher.Publisher // nil when disabled
 	elector   *election.Elector        // nil when there is nothing to lead
+	extra     func(context.Context)    // Config.Lead; nil if none
 	// rotated is set by PublishRoots: from then on a CA rotation, not the
 	// store, says which roots the publisher publishes.
 	rotated atomic.Bool
@@ -108,7 +115,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("kube: negative root poll interval %s", cfg.RootPollInterval)
 	}
 	cfg.RootPollInterval = cmp.Or(cfg.RootPollInterval, DefaultRootPollInterval)
-	c := &Controller{log: log, clock: clock.OrReal(cfg.Clock), roots: cfg.Roots, poll: cfg.RootPollInterval}
+	c := &Controller{log: log, clock: clock.OrReal(cfg.Clock), roots: cfg.Roots, poll: cfg.RootPollInterval, extra: cfg.Lead}
 	if cfg.Roots == nil {
 		if err := c.newStore(cfg); err != nil {
 			return nil, err
@@ -130,7 +137,7 @@ func New(cfg Config) (*Controller, error) {
 		}
 		c.publisher = pub
 	}
-	if c.store == nil && c.publisher == nil {
+	if c.store == nil && c.publisher == nil && c.extra == nil {
 		return c, nil // nothing a leader would do
 	}
 	// The election keeps wall time (no Clock): tests that step this
@@ -229,6 +236,9 @@ func (c *Controller) lead(ctx context.Context) {
 				c.log.Error("kube: root ConfigMap publisher stopped", logs.KeyError, err)
 			}
 		})
+	}
+	if c.extra != nil {
+		wg.Go(func() { c.extra(ctx) })
 	}
 	wg.Wait()
 }

@@ -317,6 +317,41 @@ func TestPublisherSwitchedOff(t *testing.T) {
 			t.Error("a Controller with nothing to lead reports a leader")
 		}
 	})
+	t.Run("key elsewhere with a Lead task: elected, run on one replica", func(t *testing.T) {
+		client := fake.NewClientset(namespace(caNS), namespace("app"))
+		src := &rootSource{}
+		src.b.Store(selfSignedBundle(t, "A"))
+		var leading atomic.Int32
+		var ran sync.Map
+		ctrls := map[string]*kube.Controller{}
+		for _, id := range []string{"ca-0", "ca-1"} {
+			ctrls[id] = newRootsController(t, client, id, src, nil, func(c *kube.Config) {
+				c.DisablePublisher = true
+				c.Lead = func(ctx context.Context) {
+					leading.Add(1)
+					ran.Store(id, true)
+					<-ctx.Done()
+					leading.Add(-1)
+				}
+			})
+		}
+		kubetest.Eventually(t, "one replica runs Lead", func() bool { return leading.Load() == 1 })
+		n := 0
+		for id, c := range ctrls {
+			if _, ok := ran.Load(id); ok != c.IsLeader() {
+				t.Errorf("%s: ran Lead %v, leads %v", id, ok, c.IsLeader())
+			}
+			if c.IsLeader() {
+				n++
+			}
+		}
+		if n != 1 || leading.Load() != 1 {
+			t.Errorf("%d leaders, %d Lead tasks running; want 1 and 1", n, leading.Load())
+		}
+		if n := count(client, "create", "configmaps"); n != 0 {
+			t.Errorf("%d ConfigMaps created with the publisher off", n)
+		}
+	})
 	t.Run("key in a Secret: the store still runs", func(t *testing.T) {
 		client := fake.NewClientset(namespace(caNS), namespace("app"))
 		c, err := kube.New(kube.Config{Client: client, Namespace: caNS, Candidate: fast("ca-0"), TrustDomain: "cluster.local",

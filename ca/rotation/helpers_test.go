@@ -63,11 +63,11 @@ func (r root) intermediate(t *testing.T, cn string, roots ...*x509.Certificate) 
 	return &keystore.Bundle{Cert: c, Key: key, Roots: roots}
 }
 
-// world is a real authority driven by a Rotation on a fake clock.
+// world is a real authority driven by a Manager on a fake clock.
 type world struct {
 	clk  *clock.Fake
 	auth *ca.Authority
-	rot  *rotation.Rotation
+	rot  *rotation.Manager
 	reg  *prometheus.Registry
 }
 

@@ -6,7 +6,7 @@ import (
 
 // collector reports the rotation's state at scrape time, so that a root
 // that left the bundle leaves the metrics with it.
-type collector struct{ r *Rotation }
+type collector struct{ r *Manager }
 
 var (
 	phaseDesc = prometheus.NewDesc("meshid_ca_rotation_phase",

@@ -19,7 +19,7 @@ const (
 
 // save hands the newest state to the Store when it changed; a failed save
 // is retried after retryDelay.
-func (r *Rotation) save(ctx context.Context) {
+func (r *Manager) save(ctx context.Context) {
 	r.mu.Lock()
 	if !r.dirty || r.clock.Now().Before(r.saveRetry) {
 		r.mu.Unlock()
@@ -60,7 +60,7 @@ const finalSaveTimeout = 5 * time.Second
 
 // finalSave saves a state not saved yet when Run stops (ctx ended), so
 // that a restart finds the last step taken.
-func (r *Rotation) finalSave(ctx context.Context) {
+func (r *Manager) finalSave(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalSaveTimeout)
 	defer cancel()
 	r.mu.Lock()
@@ -90,7 +90,7 @@ func (r *Rotation) finalSave(ctx context.Context) {
 // all: Restore logs why, the rotation is stuck with that reason, and
 // returns an error wrapping ErrRecordRefused. Nothing is dropped because of
 // it: the CA loaded, and Config.Retiring, stay as they are.
-func (r *Rotation) Restore(data []byte) error {
+func (r *Manager) Restore(data []byte) error {
 	now := r.clock.Now()
 	rec, err := parseRecord(data, now)
 	r.mu.Lock()
@@ -133,13 +133,13 @@ func (r *Rotation) Restore(data []byte) error {
 // RefuseState records that the saved state could not even be read (a
 // file others may write, say): like a record Restore refuses, it is not
 // used, the rotation is stuck with err, and nothing is dropped.
-func (r *Rotation) RefuseState(err error) {
+func (r *Manager) RefuseState(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.refuseStateLocked(err)
 }
 
-func (r *Rotation) refuseStateLocked(err error) {
+func (r *Manager) refuseStateLocked(err error) {
 	r.stuck = err.Error()
 	r.changedLocked()
 	r.log.Error("the saved rotation state is refused and not used: roots only it held are not restored", logs.KeyError, err)
@@ -150,7 +150,7 @@ func (r *Rotation) refuseStateLocked(err error) {
 
 // startLocked hands the Target the roots of Config.Retiring, once: New
 // does not touch the Target, so Restore or the start of Run does.
-func (r *Rotation) startLocked() error {
+func (r *Manager) startLocked() error {
 	if r.started {
 		return nil
 	}
@@ -167,7 +167,7 @@ func (r *Rotation) startLocked() error {
 // no earlier than either replica would retire it, and a root the leader
 // still trusts is trusted here as well. A record that cannot be vouched for
 // is refused with a log, and the replica keeps its own clock.
-func (r *Rotation) Follow(data []byte) error {
+func (r *Manager) Follow(data []byte) error {
 	r.mu.Lock()
 	same := r.shared != nil && bytes.Equal(data, r.sharedData)
 	r.mu.Unlock()
@@ -200,7 +200,7 @@ func (r *Rotation) Follow(data []byte) error {
 
 // followActivationLocked commits ns, in which adoptLocked activated the CA
 // the leader signs with, and logs it once the Target took it.
-func (r *Rotation) followActivationLocked(ns state) error {
+func (r *Manager) followActivationLocked(ns state) error {
 	if err := r.commitLocked(ns, "activated"); err != nil {
 		return err
 	}
@@ -214,7 +214,7 @@ func (r *Rotation) followActivationLocked(ns state) error {
 // activated it (at the shared time, or early by `meshid certs activate`),
 // and every replica follows at once, so one activation on the leader is
 // enough.
-func (r *Rotation) adoptLocked(s state, now time.Time) (state, bool) {
+func (r *Manager) adoptLocked(s state, now time.Time) (state, bool) {
 	rec := r.shared
 	if rec == nil {
 		return s, false
@@ -241,7 +241,7 @@ func (r *Rotation) adoptLocked(s state, now time.Time) (state, bool) {
 
 // sharedActivation is the activation time of rec's prepared CA, no later
 // than a propagation from now.
-func (r *Rotation) sharedActivation(rec *record, now time.Time) time.Time {
+func (r *Manager) sharedActivation(rec *record, now time.Time) time.Time {
 	if limit := now.Add(r.cfg.Propagation); rec.ActivateAt.After(limit) {
 		return limit
 	}

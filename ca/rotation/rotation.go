@@ -54,9 +54,9 @@ type Target interface {
 	SetBundle(*keystore.Bundle) error
 }
 
-// Config configures a Rotation.
+// Config configures a Manager.
 type Config struct {
-	// Current is the CA in use when the Rotation starts (already in
+	// Current is the CA in use when the Manager starts (already in
 	// Target). Required.
 	Current *keystore.Bundle
 	// Target receives the bundle to sign with: the signing CA, with the
@@ -94,9 +94,9 @@ type Config struct {
 	Registerer prometheus.Registerer // nil registers no metrics
 }
 
-// Rotation is the CA rotation state machine. Its methods are safe for
+// Manager is the CA rotation state machine. Its methods are safe for
 // concurrent use; Run drives the timed steps.
-type Rotation struct {
+type Manager struct {
 	cfg   Config
 	log   *slog.Logger
 	clock clock.Clock
@@ -121,8 +121,8 @@ type Rotation struct {
 	changed chan struct{}
 }
 
-// Store keeps the encoded Record of a Rotation. Save is called from Run,
-// never under the Rotation's lock, with the newest state; an error is
+// Store keeps the encoded Record of a Manager. Save is called from Run,
+// never under the Manager's lock, with the newest state; an error is
 // logged and the save retried.
 type Store interface {
 	Save(ctx context.Context, data []byte) error
@@ -130,7 +130,7 @@ type Store interface {
 
 // New validates cfg and applies its defaults. It starts nothing and does
 // not touch Target.
-func New(cfg Config) (*Rotation, error) {
+func New(cfg Config) (*Manager, error) {
 	if cfg.Current == nil || cfg.Current.Cert == nil {
 		return nil, errors.New("rotation: Config.Current is required")
 	}
@@ -154,7 +154,7 @@ func New(cfg Config) (*Rotation, error) {
 	if cfg.Check == nil {
 		cfg.Check = func(b *keystore.Bundle) error { return b.Validate(cfg.Clock.Now()) }
 	}
-	r := &Rotation{
+	r := &Manager{
 		cfg:     cfg,
 		log:     cfg.Logger.With(logs.KeyComponent, "ca-rotation"),
 		clock:   cfg.Clock,
@@ -177,10 +177,10 @@ func New(cfg Config) (*Rotation, error) {
 	return r, nil
 }
 
-// Bundle returns the newest CA the Rotation accepted: the prepared one, or
+// Bundle returns the newest CA the Manager accepted: the prepared one, or
 // the one signing. A keystore.DirWatcher compares it with the directory to
 // see whether anything changed.
-func (r *Rotation) Bundle() *keystore.Bundle {
+func (r *Manager) Bundle() *keystore.Bundle {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.st.next != nil {
@@ -195,7 +195,7 @@ func (r *Rotation) Bundle() *keystore.Bundle {
 // that does not pass Check is refused: the returned error says why, the
 // CA in use keeps signing, and the rotation is stuck until a valid CA is
 // offered.
-func (r *Rotation) SetBundle(b *keystore.Bundle) error {
+func (r *Manager) SetBundle(b *keystore.Bundle) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if b == nil || b.Cert == nil {
@@ -245,13 +245,13 @@ func (r *Rotation) SetBundle(b *keystore.Bundle) error {
 // Refuse records that a new CA was offered but could not even be loaded
 // (a keystore.DirWatcher calls it with the error naming the file): the
 // rotation is stuck until a valid CA arrives.
-func (r *Rotation) Refuse(err error) {
+func (r *Manager) Refuse(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_ = r.refuseLocked(err)
 }
 
-func (r *Rotation) refuseLocked(err error) error {
+func (r *Manager) refuseLocked(err error) error {
 	r.stuck = err.Error()
 	r.steps["refused"]++
 	r.changedLocked()
@@ -262,7 +262,7 @@ func (r *Rotation) refuseLocked(err error) error {
 // Activate makes the prepared CA sign now, before Propagation has passed
 // (`meshid certs activate`). Leaves it signs are trusted only by the
 // consumers that already hold its roots.
-func (r *Rotation) Activate() error {
+func (r *Manager) Activate() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.st.next == nil {
@@ -271,7 +271,7 @@ func (r *Rotation) Activate() error {
 	return r.activateLocked(r.clock.Now())
 }
 
-func (r *Rotation) activateLocked(now time.Time) error {
+func (r *Manager) activateLocked(now time.Time) error {
 	next := r.st.next
 	if err := r.commitLocked(r.st.switchTo(next, now, r.cfg.RetireAfter), "activated"); err != nil {
 		r.stuck = fmt.Sprintf("activating %q: %v", next.Cert.Subject.String(), err)
@@ -289,7 +289,7 @@ func (r *Rotation) activateLocked(now time.Time) error {
 // RotateRoot makes a new self-signed root and prepares it (`meshid certs
 // rotate-root`). It fails with ErrPlugged for a plugged-in CA and with
 // ErrAlreadyPrepared while a CA is prepared.
-func (r *Rotation) RotateRoot() error {
+func (r *Manager) RotateRoot() error {
 	if r.cfg.NewRoot == nil {
 		return ErrPlugged
 	}
@@ -312,7 +312,7 @@ func (r *Rotation) RotateRoot() error {
 
 // commitLocked hands ns's bundle to the Target and, when it is accepted,
 // makes ns the state.
-func (r *Rotation) commitLocked(ns state, step string) error {
+func (r *Manager) commitLocked(ns state, step string) error {
 	if err := r.cfg.Target.SetBundle(ns.bundle()); err != nil {
 		return err
 	}
@@ -327,14 +327,14 @@ func (r *Rotation) commitLocked(ns state, step string) error {
 // Changed returns a channel that is closed at the next change of the
 // Status (a step, a refusal, a restored or followed state): a caller
 // waits on it rather than polling.
-func (r *Rotation) Changed() <-chan struct{} {
+func (r *Manager) Changed() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.changed
 }
 
 // changedLocked wakes Run and every caller waiting on Changed.
-func (r *Rotation) changedLocked() {
+func (r *Manager) changedLocked() {
 	close(r.changed)
 	r.changed = make(chan struct{})
 	select {
@@ -345,7 +345,7 @@ func (r *Rotation) changedLocked() {
 
 // Run takes the timed steps (activation, retirement, a new root before the
 // current one expires) until ctx ends.
-func (r *Rotation) Run(ctx context.Context) error {
+func (r *Manager) Run(ctx context.Context) error {
 	r.mu.Lock()
 	if err := r.startLocked(); err != nil {
 		r.log.Error("the roots trusted at start could not be added", logs.KeyError, err)
@@ -378,7 +378,7 @@ func (r *Rotation) Run(ctx context.Context) error {
 }
 
 // tick takes every step that is due.
-func (r *Rotation) tick() {
+func (r *Manager) tick() {
 	now := r.clock.Now()
 	r.mu.Lock()
 	if now.Before(r.retry) {
@@ -413,12 +413,12 @@ func (r *Rotation) tick() {
 }
 
 // rootDueLocked reports whether a new self-signed root must be prepared.
-func (r *Rotation) rootDueLocked(now time.Time) bool {
+func (r *Manager) rootDueLocked(now time.Time) bool {
 	at, ok := r.rootRotationAtLocked()
 	return ok && !now.Before(at)
 }
 
-func (r *Rotation) rootRotationAtLocked() (time.Time, bool) {
+func (r *Manager) rootRotationAtLocked() (time.Time, bool) {
 	if r.cfg.NewRoot == nil || r.cfg.RootRotationThreshold < 0 || r.st.next != nil {
 		return time.Time{}, false
 	}
@@ -426,7 +426,7 @@ func (r *Rotation) rootRotationAtLocked() (time.Time, bool) {
 }
 
 // nextWake is when Run must next look: the earliest due step, or a retry.
-func (r *Rotation) nextWake() (time.Time, bool) {
+func (r *Manager) nextWake() (time.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, at, ok := r.nextStepLocked()
@@ -440,7 +440,7 @@ func (r *Rotation) nextWake() (time.Time, bool) {
 }
 
 // nextStepLocked names the next timed step and its time.
-func (r *Rotation) nextStepLocked() (string, time.Time, bool) {
+func (r *Manager) nextStepLocked() (string, time.Time, bool) {
 	var (
 		name string
 		at   time.Time

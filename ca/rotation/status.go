@@ -66,7 +66,7 @@ type Status struct {
 }
 
 // Status returns where the rotation stands.
-func (r *Rotation) Status() Status {
+func (r *Manager) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.st

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"crypto"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -37,7 +38,7 @@ const (
 	DefaultRetryMax = 5 * time.Minute
 )
 
-// Target takes each new CA: *rotation.Rotation, never the authority.
+// Target takes each new CA: *rotation.Manager, never the authority.
 type Target interface {
 	SetBundle(*keystore.Bundle) error
 }
@@ -52,6 +53,8 @@ type RenewerConfig struct {
 	TrustDomain spiffeid.TrustDomain
 	// KeyType of each new intermediate key; "" is certs.ECP256.
 	KeyType certs.KeyType
+	// Keys makes each new intermediate key; nil is SoftwareKeys.
+	Keys KeySource
 	// Lifetime asked for; 0 is DefaultLifetime.
 	Lifetime time.Duration
 	// RenewAt is the fraction of the intermediate's life at which it is
@@ -107,11 +110,14 @@ func NewRenewer(cfg RenewerConfig) (*Renewer, error) {
 	if cfg.KeyType == "" {
 		cfg.KeyType = certs.ECP256
 	}
+	if cfg.Keys == nil {
+		cfg.Keys = SoftwareKeys{}
+	}
 	cfg.Clock = clock.OrReal(cfg.Clock)
 	cfg.Logger = logs.OrDiscard(cfg.Logger)
 	r := &Renewer{
 		cfg: cfg,
-		log: cfg.Logger.With("component", "ca-upstream", "upstream", cfg.Name),
+		log: cfg.Logger.With(logs.KeyComponent, "ca-upstream", logs.KeyUpstream, cfg.Name),
 		mints: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshid_ca_upstream_mints_total",
 			Help: "Intermediates asked of the upstream CA, by result (ok, failed, refused).",
@@ -134,12 +140,18 @@ func (r *Renewer) minLife() time.Duration {
 }
 
 // Mint asks the upstream for a new intermediate with a new key and returns
-// it as a CA bundle once Check accepts it. It changes nothing.
-func (r *Renewer) Mint(ctx context.Context) (*keystore.Bundle, error) {
-	key, err := certs.GenerateKey(r.cfg.KeyType)
+// it as a CA bundle once Check accepts it. It changes nothing: the key
+// made for a mint that fails is destroyed (a module key).
+func (r *Renewer) Mint(ctx context.Context) (_ *keystore.Bundle, err error) {
+	key, _, err := r.cfg.Keys.NewKey(r.cfg.KeyType)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("upstream: new intermediate key: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			r.destroy(key)
+		}
+	}()
 	id := spiffeid.RequireFromPath(r.cfg.TrustDomain, "")
 	u, _ := url.Parse(id.String())
 	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
@@ -156,7 +168,11 @@ func (r *Renewer) Mint(ctx context.Context) (*keystore.Bundle, error) {
 		r.mints.WithLabelValues("failed").Inc()
 		return nil, err
 	}
-	if err := Check(m, key.Public(), r.cfg.Clock.Now(), r.minLife()); err != nil {
+	err = Check(m, key.Public(), r.cfg.Clock.Now(), r.minLife())
+	if err == nil {
+		err = CheckNames(m.Chain[0], r.cfg.TrustDomain)
+	}
+	if err != nil {
 		r.mints.WithLabelValues("refused").Inc()
 		return nil, err
 	}
@@ -226,11 +242,12 @@ func (r *Renewer) renew(ctx context.Context) error {
 	t := r.target
 	r.mu.Unlock()
 	if err := t.SetBundle(b); err != nil {
+		r.destroy(b.Key)
 		return fmt.Errorf("upstream: the rotation refused the new intermediate: %w", err)
 	}
 	if r.cfg.Save != nil {
 		if err := r.cfg.Save(b); err != nil {
-			r.log.Error("the new intermediate signs but could not be saved: a restart will mint again", "error", err)
+			r.log.Error("the new intermediate signs but could not be saved: a restart will mint again", logs.KeyError, err)
 		}
 	}
 	now := r.cfg.Clock.Now()
@@ -238,9 +255,19 @@ func (r *Renewer) renew(ctx context.Context) error {
 	r.current, r.since, r.failures, r.lastError = b, now, 0, ""
 	r.mu.Unlock()
 	r.log.Info("new intermediate minted by the upstream and offered to the rotation",
-		"subject", b.Cert.Subject.String(), "serial", b.Cert.SerialNumber.Text(16),
-		"not_after", b.Cert.NotAfter, "renew_at", r.RenewAt(b, now))
+		logs.KeySubject, b.Cert.Subject.String(), logs.KeySerial, b.Cert.SerialNumber.Text(16),
+		logs.KeyNotAfter, b.Cert.NotAfter, logs.KeyRenewAt, r.RenewAt(b, now))
 	return nil
+}
+
+// destroy erases key, made for an intermediate that will not sign, from
+// its module; a software key needs nothing.
+func (r *Renewer) destroy(key crypto.Signer) {
+	if d, ok := key.(Destroyer); ok {
+		if err := d.Destroy(); err != nil {
+			r.log.Error("the key made for a mint that failed could not be destroyed", logs.KeyKey, fmt.Sprint(key), logs.KeyError, err)
+		}
+	}
 }
 
 // failed records a failed renewal and returns the backoff before the next.
@@ -254,8 +281,8 @@ func (r *Renewer) failed(err error) time.Duration {
 	r.failures, r.lastFailure, r.lastError, r.retryAt = n, now, err.Error(), now.Add(d)
 	r.mu.Unlock()
 	r.log.Error("the upstream CA did not renew the intermediate; the current one keeps signing",
-		"error", err, "attempt", n, "retry_in", d.Round(time.Second),
-		"intermediate_not_after", cur.Cert.NotAfter, "remaining", cur.Cert.NotAfter.Sub(r.cfg.Clock.Now()).Round(time.Second))
+		logs.KeyError, err, logs.KeyAttempt, n, logs.KeyRetryIn, d.Round(time.Second),
+		logs.KeyCANotAfter, cur.Cert.NotAfter, logs.KeyRemaining, cur.Cert.NotAfter.Sub(r.cfg.Clock.Now()).Round(time.Second))
 	return d
 }
 

@@ -80,10 +80,14 @@ func startBenchCA(t *testing.T, rateLimit float64, rateBurst int) (addr, stateDi
 		t.Fatal(err)
 	}
 	s := testkit.CA(t, caserver.Config{
-		StateDir:  stateDir,
-		JWKSFile:  filepath.Join(stateDir, devissuer.JWKSFile),
-		RateLimit: rateLimit,
-		RateBurst: rateBurst,
+		StateDir: stateDir,
+		Authn: caserver.AuthnConfig{
+			JWKSFile: filepath.Join(stateDir, devissuer.JWKSFile),
+		},
+		Limits: caserver.LimitsConfig{
+			Rate:  rateLimit,
+			Burst: rateBurst,
+		},
 	})
 	return s.Addr().String(), stateDir
 }

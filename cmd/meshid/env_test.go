@@ -51,12 +51,12 @@ func clearServerEnv(t *testing.T) {
 func TestServerGOGC(t *testing.T) {
 	clearServerEnv(t)
 	t.Setenv("GOGC", "")
-	if c := serverConfigOf(t); c.GCPercent != 0 {
-		t.Errorf("without GOGC: GCPercent %d, want 0 (the default)", c.GCPercent)
+	if c := serverConfigOf(t); c.Runtime.GCPercent != 0 {
+		t.Errorf("without GOGC: GCPercent %d, want 0 (the default)", c.Runtime.GCPercent)
 	}
 	t.Setenv("GOGC", "200")
-	if c := serverConfigOf(t); c.GCPercent != -1 {
-		t.Errorf("with GOGC=200: GCPercent %d, want -1 (keep the runtime's)", c.GCPercent)
+	if c := serverConfigOf(t); c.Runtime.GCPercent != -1 {
+		t.Errorf("with GOGC=200: GCPercent %d, want -1 (keep the runtime's)", c.Runtime.GCPercent)
 	}
 }
 
@@ -67,19 +67,19 @@ func TestServerEnv(t *testing.T) {
 		env, val string
 		check    func(caserver.Config) bool
 	}{
-		{"DEFAULT_WORKLOAD_CERT_TTL", "1h", func(c caserver.Config) bool { return c.DefaultTTL == time.Hour }},
-		{"DEFAULT_WORKLOAD_CERT_TTL", "7200", func(c caserver.Config) bool { return c.DefaultTTL == 2*time.Hour }},
-		{"MAX_WORKLOAD_CERT_TTL", "48h", func(c caserver.Config) bool { return c.MaxTTL == 48*time.Hour }},
+		{"DEFAULT_WORKLOAD_CERT_TTL", "1h", func(c caserver.Config) bool { return c.Issuance.DefaultTTL == time.Hour }},
+		{"DEFAULT_WORKLOAD_CERT_TTL", "7200", func(c caserver.Config) bool { return c.Issuance.DefaultTTL == 2*time.Hour }},
+		{"MAX_WORKLOAD_CERT_TTL", "48h", func(c caserver.Config) bool { return c.Issuance.MaxTTL == 48*time.Hour }},
 		{"TOKEN_AUDIENCES", "a,b", func(c caserver.Config) bool {
-			return len(c.TokenAudiences) == 2 && c.TokenAudiences[0] == "a" && c.TokenAudiences[1] == "b"
+			return len(c.Authn.TokenAudiences) == 2 && c.Authn.TokenAudiences[0] == "a" && c.Authn.TokenAudiences[1] == "b"
 		}},
 		{"ROOT_CA_DIR", "/etc/cacerts", func(c caserver.Config) bool { return c.CADir == "/etc/cacerts" }},
 		{"TRUST_DOMAIN", "example.org", func(c caserver.Config) bool { return c.TrustDomain.Name() == "example.org" }},
-		{"POD_NAMESPACE", "mesh-ca", func(c caserver.Config) bool { return c.Namespace == "mesh-ca" }},
-		{"POD_NAME", "meshid-0", func(c caserver.Config) bool { return c.PodName == "meshid-0" }},
-		{"CLUSTER_ID", "east", func(c caserver.Config) bool { return c.ClusterID == "east" }},
+		{"POD_NAMESPACE", "mesh-ca", func(c caserver.Config) bool { return c.Kube.Namespace == "mesh-ca" }},
+		{"POD_NAME", "meshid-0", func(c caserver.Config) bool { return c.Kube.PodName == "meshid-0" }},
+		{"CLUSTER_ID", "east", func(c caserver.Config) bool { return c.Clusters.ID == "east" }},
 		{"CA_TRUSTED_NODE_ACCOUNTS", "istio-system/ztunnel,kube-system/node-agent", func(c caserver.Config) bool {
-			return len(c.TrustedNodeAccounts) == 2 && c.TrustedNodeAccounts[0].String() == "istio-system/ztunnel" && c.TrustedNodeAccounts[1].Name == "node-agent"
+			return len(c.Authn.TrustedNodeAccounts) == 2 && c.Authn.TrustedNodeAccounts[0].String() == "istio-system/ztunnel" && c.Authn.TrustedNodeAccounts[1].Name == "node-agent"
 		}},
 	} {
 		t.Run(tc.env+"="+tc.val, func(t *testing.T) {
@@ -115,8 +115,8 @@ func TestServerDefaults(t *testing.T) {
 	clearServerEnv(t)
 	got := serverConfigOf(t)
 	if got.Listen != caserver.DefaultListen || got.TrustDomain.Name() != caserver.DefaultTrustDomain ||
-		got.DefaultTTL != caserver.DefaultTTL || got.MaxTTL != caserver.DefaultMaxTTL ||
-		got.MonitoringListen != caserver.DefaultMonitoringListen || got.RootKeyType != caserver.DefaultRootKeyType || got.Logger == nil {
+		got.Issuance.DefaultTTL != caserver.DefaultTTL || got.Issuance.MaxTTL != caserver.DefaultMaxTTL ||
+		got.Monitoring.Listen != caserver.DefaultMonitoringListen || got.RootKeyType != caserver.DefaultRootKeyType || got.Logger == nil {
 		t.Fatalf("defaults: %+v", got)
 	}
 }
@@ -140,8 +140,8 @@ func TestAgentAlias(t *testing.T) {
 func TestServerJWTFlags(t *testing.T) {
 	clearServerEnv(t)
 	c := serverConfigOf(t, "--jwt-svid-ttl", "2m", "--jwt-key-lifetime", "6h")
-	if c.JWTSVIDTTL != 2*time.Minute || c.JWTKeyLifetime != 6*time.Hour {
-		t.Errorf("JWTSVIDTTL %s, JWTKeyLifetime %s", c.JWTSVIDTTL, c.JWTKeyLifetime)
+	if c.JWT.SVIDTTL != 2*time.Minute || c.JWT.KeyLifetime != 6*time.Hour {
+		t.Errorf("JWTSVIDTTL %s, JWTKeyLifetime %s", c.JWT.SVIDTTL, c.JWT.KeyLifetime)
 	}
 }
 
@@ -150,11 +150,11 @@ func TestServerJWTFlags(t *testing.T) {
 // usage error naming the flag.
 func TestServerPodCertificateSigner(t *testing.T) {
 	clearServerEnv(t)
-	if c := serverConfigOf(t); c.PodCertificateSigner != "" {
-		t.Fatalf("default signer %q, want off", c.PodCertificateSigner)
+	if c := serverConfigOf(t); c.Kube.PodCertificateSigner != "" {
+		t.Fatalf("default signer %q, want off", c.Kube.PodCertificateSigner)
 	}
-	if c := serverConfigOf(t, "--pod-certificate-signer", "meshid.io/workload"); c.PodCertificateSigner != "meshid.io/workload" {
-		t.Fatalf("signer %q", c.PodCertificateSigner)
+	if c := serverConfigOf(t, "--pod-certificate-signer", "meshid.io/workload"); c.Kube.PodCertificateSigner != "meshid.io/workload" {
+		t.Fatalf("signer %q", c.Kube.PodCertificateSigner)
 	}
 	for _, bad := range []string{"workload", "kubernetes.io/kube-apiserver-client-pod", "Not_A.Domain/x", "meshid.io/"} {
 		_, _, err := configsOf(t, "server", "--pod-certificate-signer", bad)
@@ -169,11 +169,11 @@ func TestServerPodCertificateSigner(t *testing.T) {
 // ratio outside (0,1) is a usage error naming the flag.
 func TestServerPodCertificateRefreshRatio(t *testing.T) {
 	clearServerEnv(t)
-	if c := serverConfigOf(t); c.PodCertificateRefresh != 0.5 {
-		t.Fatalf("default refresh ratio %v, want 0.5", c.PodCertificateRefresh)
+	if c := serverConfigOf(t); c.Kube.PodCertificateRefresh != 0.5 {
+		t.Fatalf("default refresh ratio %v, want 0.5", c.Kube.PodCertificateRefresh)
 	}
-	if c := serverConfigOf(t, "--pod-certificate-refresh-ratio", "0.01"); c.PodCertificateRefresh != 0.01 {
-		t.Fatalf("refresh ratio %v", c.PodCertificateRefresh)
+	if c := serverConfigOf(t, "--pod-certificate-refresh-ratio", "0.01"); c.Kube.PodCertificateRefresh != 0.01 {
+		t.Fatalf("refresh ratio %v", c.Kube.PodCertificateRefresh)
 	}
 	for _, bad := range []string{"0", "1", "-0.5", "1.5", "NaN", "Inf"} {
 		_, _, err := configsOf(t, "server", "--pod-certificate-refresh-ratio", bad)

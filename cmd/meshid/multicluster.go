@@ -29,11 +29,11 @@ func (f *clusterFlags) register(fs *pflag.FlagSet) {
 
 // apply sets the multi-cluster fields of cfg.
 func (f *clusterFlags) apply(cfg *caserver.Config) error {
-	cfg.ClusterID = f.clusterID
-	cfg.RemoteSecrets = f.remoteSecrets
-	cfg.InsecureKubeconfigOptions = f.insecureOptions
+	cfg.Clusters.ID = f.clusterID
+	cfg.Clusters.RemoteSecrets = f.remoteSecrets
+	cfg.Clusters.InsecureKubeconfigOptions = f.insecureOptions
 	var err error
-	if cfg.RemoteKubeconfigs, err = cluster.ParseKubeconfigs(f.remoteKubeconfigs); err != nil {
+	if cfg.Clusters.RemoteKubeconfigs, err = cluster.ParseKubeconfigs(f.remoteKubeconfigs); err != nil {
 		return fmt.Errorf("--remote-kubeconfig: %w", err)
 	}
 	for _, a := range f.tdAliases {
@@ -41,7 +41,7 @@ func (f *clusterFlags) apply(cfg *caserver.Config) error {
 		if err != nil {
 			return fmt.Errorf("--trust-domain-aliases %q: %w", a, err)
 		}
-		cfg.TrustDomainAliases = append(cfg.TrustDomainAliases, td)
+		cfg.Authn.TrustDomainAliases = append(cfg.Authn.TrustDomainAliases, td)
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ func (f *rotationFlags) register(fs *pflag.FlagSet) {
 }
 
 func (f *rotationFlags) apply(cfg *caserver.Config) {
-	cfg.RotationPropagation, cfg.RootRotationThreshold, cfg.AdminSocket = f.propagation, f.threshold, f.adminSocket
+	cfg.Rotation.Propagation, cfg.Rotation.RootThreshold, cfg.AdminSocket = f.propagation, f.threshold, f.adminSocket
 }
 
 // newRotationCmds are `meshid certs activate`, `rotate-root` and `status`:

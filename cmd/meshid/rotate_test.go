@@ -62,11 +62,11 @@ func TestCertsRotateRootActivate(t *testing.T) {
 func TestServerRotationFlags(t *testing.T) {
 	clearServerEnv(t)
 	cfg := serverConfigOf(t)
-	if cfg.RotationPropagation != 10*time.Minute || cfg.RootRotationThreshold != 365*24*time.Hour || cfg.AdminSocket != "" {
-		t.Fatalf("defaults: %v %v %q", cfg.RotationPropagation, cfg.RootRotationThreshold, cfg.AdminSocket)
+	if cfg.Rotation.Propagation != 10*time.Minute || cfg.Rotation.RootThreshold != 365*24*time.Hour || cfg.AdminSocket != "" {
+		t.Fatalf("defaults: %v %v %q", cfg.Rotation.Propagation, cfg.Rotation.RootThreshold, cfg.AdminSocket)
 	}
 	cfg = serverConfigOf(t, "--rotation-propagation", "3m", "--root-rotation-threshold", "-1s", "--admin-socket", "/run/meshid/admin.sock")
-	if cfg.RotationPropagation != 3*time.Minute || cfg.RootRotationThreshold != -time.Second || cfg.AdminSocket != "/run/meshid/admin.sock" {
-		t.Fatalf("flags: %v %v %q", cfg.RotationPropagation, cfg.RootRotationThreshold, cfg.AdminSocket)
+	if cfg.Rotation.Propagation != 3*time.Minute || cfg.Rotation.RootThreshold != -time.Second || cfg.AdminSocket != "/run/meshid/admin.sock" {
+		t.Fatalf("flags: %v %v %q", cfg.Rotation.Propagation, cfg.Rotation.RootThreshold, cfg.AdminSocket)
 	}
 }

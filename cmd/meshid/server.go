@@ -15,14 +15,14 @@ import (
 	"github.com/meshid/meshid/ca/authn"
 	"github.com/meshid/meshid/ca/authn/boundtoken"
 	"github.com/meshid/meshid/ca/caserver"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/ca/jwtissuer"
 	"github.com/meshid/meshid/ca/jwtkeys"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
-	kubeclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/ca/kube/podcert"
 	"github.com/meshid/meshid/ca/kube/rootpublisher"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/ca/nodeauth"
-	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/cmd/internal/cli"
 	"github.com/meshid/meshid/internal/logs"
@@ -95,7 +95,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&f.logFormat, "log-format", "text", cli.LogFormatUsage)
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiles at /debug/pprof/ on --monitoring-listen (performance work; keep that listener private)")
-	fs.BoolVar(&f.kubeCASecret, "kube-ca-secret", false, "keep the CA in the Secret meshid-ca (or Istio's cacerts) of --namespace, elect a leader with a Lease, and publish the istio-ca-root-cert ConfigMap to every namespace (needs a Kubernetes client)")
+	fs.BoolVar(&f.kubeCASecret, "kube-ca-secret", false, "keep the CA in the Secret meshid-ca (or Istio's cacerts; with --upstream, meshid-ca-upstream, which the leader mints) of --namespace, elect a leader with a Lease, and publish the istio-ca-root-cert ConfigMap to every namespace (needs a Kubernetes client)")
 	fs.StringVar(&f.podCertSigner, "pod-certificate-signer", "", "sign Kubernetes PodCertificateRequests of this signer name (e.g. meshid.io/workload) and publish the roots as its ClusterTrustBundle; empty = off (docs/pod-certificates.md; needs a Kubernetes client)")
 	fs.Float64Var(&f.podCertRefresh, "pod-certificate-refresh-ratio", podcert.DefaultGraceRatio, "with --pod-certificate-signer, the fraction of a pod certificate's lifetime at which the kubelet is told to refresh it (status.beginRefreshAt, ±1%), in (0,1); kept inside the API server's bounds, at least 10 minutes after notBefore and before notAfter")
 	fs.StringVar(&f.namespace, "namespace", caserver.DefaultNamespace, "the CA's own namespace (env POD_NAMESPACE)")
@@ -111,16 +111,16 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 // module, and the Kubernetes clients and publisher.
 func (f *serverFlags) registerHardening(fs *pflag.FlagSet) {
 	fs.StringVar(&f.trustedNodeAccounts, "trusted-node-accounts", "", "ambient: NS/SA,... of node agents (ztunnel) that may impersonate the pods on their node (env CA_TRUSTED_NODE_ACCOUNTS; empty = off)")
-	fs.StringVar(&f.caKey, "ca-key", "", "CA signing key in a PKCS#11 module (RFC 7512 URI: pkcs11:token=...;object=...?module-path=...&pin-source=...); certificates still come from --ca-dir or --state-dir. Unset = ca-key.pem")
+	fs.StringVar(&f.caKey, "ca-key", "", "CA signing key in a PKCS#11 module (RFC 7512 URI: pkcs11:token=...;object=...?module-path=...&pin-source=...); certificates still come from --ca-dir or --state-dir; with --upstream, object= is the label of a new key created for each intermediate (no id=). Unset = ca-key.pem")
 	fs.BoolVar(&f.capTTLToToken, "cap-ttl-to-token", false, "never sign a token-proved leaf past the token's expiry (off, as Istio; see SECURITY.md)")
 	fs.DurationVar(&f.maxTokenLifetime, "max-token-lifetime", authn.DefaultMaxTokenLifetime, "longest accepted offline JWT lifetime past its iat (negative = no bound)")
 	fs.StringSliceVar(&f.tokenReviewIssuers, "tokenreview-issuers", nil, "issuers whose tokens TokenReview judges when --kubeconfig and offline JWT are both set (empty = every token)")
 	fs.StringVar(&f.tokenVerification, "token-verification", string(boundtoken.DefaultMode), "who verifies the cluster's bound service-account tokens: auto (in the CA once the issuer's keys are discovered and the pod and service-account informers synced, TokenReview until then) | local | tokenreview (see SECURITY.md)")
-	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "connections open at once on --listen")
-	fs.IntVar(&f.maxConnectionsPerIP, "max-connections-per-ip", server.DefaultMaxConnectionsPerIP, "connections open at once from one peer IP")
-	fs.DurationVar(&f.firstRequestTimeout, "first-request-timeout", server.DefaultFirstRequestTimeout, "close a connection on which no call has authenticated by then (TLS handshake included; calls without credentials do not count)")
+	fs.IntVar(&f.maxConnections, "max-connections", certservice.DefaultMaxConnections, "connections open at once on --listen")
+	fs.IntVar(&f.maxConnectionsPerIP, "max-connections-per-ip", certservice.DefaultMaxConnectionsPerIP, "connections open at once from one peer IP")
+	fs.DurationVar(&f.firstRequestTimeout, "first-request-timeout", certservice.DefaultFirstRequestTimeout, "close a connection on which no call has authenticated by then (TLS handshake included; calls without credentials do not count)")
 	fs.DurationVar(&f.apiServerGrace, "apiserver-readiness-grace", reachability.DefaultGrace, "with a Kubernetes client, /readyz says not ready once the API server has not answered the CA's probe (its GET /readyz, every 5s) for this long, unless local token verification has synced; a replica never answered since its start is not ready (negative = no check)")
-	fs.DurationVar(&f.servingTTL, "serving-ttl", server.DefaultServingTTL, "lifetime of the CA's own serving certificate (independent of --max-ttl)")
+	fs.DurationVar(&f.servingTTL, "serving-ttl", certservice.DefaultServingTTL, "lifetime of the CA's own serving certificate (independent of --max-ttl)")
 	fs.DurationVar(&f.jwtSVIDTTL, "jwt-svid-ttl", jwtissuer.DefaultTTL, "lifetime of the JWT-SVIDs the CA mints (at most 1h)")
 	fs.DurationVar(&f.jwtKeyLifetime, "jwt-key-lifetime", jwtkeys.DefaultLifetime, "how long one JWT-SVID signing key signs, and is published before it does (10m to 720h)")
 	fs.Float32Var(&f.kubeQPS, "kube-qps", kubeclient.DefaultQPS, "TokenReview requests per second to the API server (client-side limit; see docs/guide/authentication.md to size it)")
@@ -145,43 +145,57 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 		return caserver.Config{}, fmt.Errorf("--root-key-type: %w", err)
 	}
 	cfg := caserver.Config{
-		Listen:                f.listen,
-		TrustDomain:           td,
-		CADir:                 f.caDir,
-		StateDir:              f.stateDir,
-		RootKeyType:           keyType,
-		DefaultTTL:            f.defaultTTL,
-		MaxTTL:                f.maxTTL,
-		ServingDNS:            f.servingDNS,
-		RateLimit:             f.rateLimit,
-		Kubeconfig:            f.kubeconfig,
-		KubeCASecret:          f.kubeCASecret,
-		PodCertificateSigner:  f.podCertSigner,
-		PodCertificateRefresh: f.podCertRefresh,
-		Namespace:             f.namespace,
-		PodName:               f.podName,
-		TokenAudiences:        f.tokenAudiences,
-		JWTIssuer:             f.jwtIssuer,
-		JWKSFile:              f.jwksFile,
-		MonitoringListen:      f.monitoringListen,
-		Pprof:                 f.pprof,
+		Listen:      f.listen,
+		TrustDomain: td,
+		CADir:       f.caDir,
+		StateDir:    f.stateDir,
+		RootKeyType: keyType,
+		Issuance: caserver.IssuanceConfig{
+			DefaultTTL:    f.defaultTTL,
+			MaxTTL:        f.maxTTL,
+			CapTTLToToken: f.capTTLToToken,
+		},
+		Serving: caserver.ServingConfig{
+			DNSNames: f.servingDNS,
+			CertTTL:  f.servingTTL,
+		},
+		Limits: caserver.LimitsConfig{
+			Rate:                f.rateLimit,
+			MaxConnections:      f.maxConnections,
+			MaxConnectionsPerIP: f.maxConnectionsPerIP,
+			FirstRequestTimeout: f.firstRequestTimeout,
+		},
+		Kube: caserver.KubeConfig{
+			Kubeconfig:            f.kubeconfig,
+			PodCertificateSigner:  f.podCertSigner,
+			PodCertificateRefresh: f.podCertRefresh,
+			Namespace:             f.namespace,
+			PodName:               f.podName,
+			APIServerGrace:        f.apiServerGrace,
+			QPS:                   f.kubeQPS,
+			Burst:                 f.kubeBurst,
+			DisableRootConfigMap:  !f.publishRootCM,
+		},
+		KubeCASecret: f.kubeCASecret,
+		Authn: caserver.AuthnConfig{
+			TokenAudiences:     f.tokenAudiences,
+			JWTIssuer:          f.jwtIssuer,
+			JWKSFile:           f.jwksFile,
+			MaxTokenLifetime:   f.maxTokenLifetime,
+			TokenReviewIssuers: f.tokenReviewIssuers,
+		},
+		Monitoring: caserver.MonitoringConfig{
+			Listen: f.monitoringListen,
+			Pprof:  f.pprof,
+		},
 
-		CapTTLToToken:        f.capTTLToToken,
-		MaxTokenLifetime:     f.maxTokenLifetime,
-		TokenReviewIssuers:   f.tokenReviewIssuers,
-		MaxConnections:       f.maxConnections,
-		MaxConnectionsPerIP:  f.maxConnectionsPerIP,
-		FirstRequestTimeout:  f.firstRequestTimeout,
-		APIServerGrace:       f.apiServerGrace,
-		ServingTTL:           f.servingTTL,
-		JWTSVIDTTL:           f.jwtSVIDTTL,
-		JWTKeyLifetime:       f.jwtKeyLifetime,
-		KubeQPS:              f.kubeQPS,
-		KubeBurst:            f.kubeBurst,
-		DisableRootConfigMap: !f.publishRootCM,
+		JWT: caserver.JWTConfig{
+			SVIDTTL:     f.jwtSVIDTTL,
+			KeyLifetime: f.jwtKeyLifetime,
+		},
 	}
 	if v, ok := lookup("GOGC"); ok && v != "" {
-		cfg.GCPercent = -1 // the runtime applied the operator's GOGC: caserver keeps it
+		cfg.Runtime.GCPercent = -1 // the runtime applied the operator's GOGC: caserver keeps it
 	}
 	if err := f.applyParsed(&cfg); err != nil {
 		return caserver.Config{}, err
@@ -191,22 +205,22 @@ func serverConfig(fs *pflag.FlagSet, f *serverFlags, lookup cli.Lookup) (caserve
 
 // applyParsed sets cfg's fields parsed from strings, and the flag groups'.
 func (f *serverFlags) applyParsed(cfg *caserver.Config) (err error) {
-	if cfg.TokenVerification, err = boundtoken.ParseMode(f.tokenVerification); err != nil {
+	if cfg.Authn.TokenVerification, err = boundtoken.ParseMode(f.tokenVerification); err != nil {
 		return fmt.Errorf("--token-verification: %w", err)
 	}
 	f.rotation.apply(cfg)
-	if cfg.PodCertificateSigner != "" {
-		if err := podcert.ValidateSignerName(cfg.PodCertificateSigner); err != nil {
+	if cfg.Kube.PodCertificateSigner != "" {
+		if err := podcert.ValidateSignerName(cfg.Kube.PodCertificateSigner); err != nil {
 			return fmt.Errorf("--pod-certificate-signer: %w", err)
 		}
 	}
-	if r := cfg.PodCertificateRefresh; !(r > 0 && r < 1) {
+	if r := cfg.Kube.PodCertificateRefresh; !(r > 0 && r < 1) {
 		return fmt.Errorf("--pod-certificate-refresh-ratio %v is not in (0,1)", r)
 	}
-	if cfg.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
+	if cfg.Kube.RootConfigMapNamespaces, err = labels.Parse(f.rootCMNamespaces); err != nil {
 		return fmt.Errorf("--root-configmap-namespaces: %w", err)
 	}
-	if cfg.TrustedNodeAccounts, err = nodeauth.ParseTrustedAccounts(f.trustedNodeAccounts); err != nil {
+	if cfg.Authn.TrustedNodeAccounts, err = nodeauth.ParseTrustedAccounts(f.trustedNodeAccounts); err != nil {
 		return fmt.Errorf("--trusted-node-accounts: %w", err)
 	}
 	if err := f.cluster.apply(cfg); err != nil {

@@ -10,11 +10,11 @@ import (
 // auto by default, and an unknown mode is an error.
 func TestTokenVerificationFlag(t *testing.T) {
 	clearServerEnv(t)
-	if got := serverConfigOf(t).TokenVerification; got != boundtoken.ModeAuto {
+	if got := serverConfigOf(t).Authn.TokenVerification; got != boundtoken.ModeAuto {
 		t.Fatalf("default %q, want auto", got)
 	}
 	for _, m := range []boundtoken.Mode{boundtoken.ModeLocal, boundtoken.ModeTokenReview} {
-		if got := serverConfigOf(t, "--token-verification", string(m)).TokenVerification; got != m {
+		if got := serverConfigOf(t, "--token-verification", string(m)).Authn.TokenVerification; got != m {
 			t.Fatalf("--token-verification %s: %q", m, got)
 		}
 	}

@@ -118,7 +118,7 @@ type conn struct {
 // Close gives the slot back before it closes the connection, so that a
 // peer that sees its connection closed may connect again at once: the
 // other order let a test's next connection from the same IP race the
-// release and be refused (ca/server's TestConnectionLimits flaked so).
+// release and be refused (ca/certservice's TestConnectionLimits flaked so).
 func (c *conn) Close() error {
 	c.once.Do(func() { c.l.release(c.ip) })
 	return c.Conn.Close()

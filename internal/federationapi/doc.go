@@ -9,5 +9,5 @@
 // refresh hint, sequence); the CA's own trust domain is never in it.
 //
 // As internal/jwtapi, the descriptor is written by hand (no protoc) and
-// shared by ca/server and sds/caclient; it imports no meshid package.
+// shared by ca/certservice and sds/caclient; it imports no meshid package.
 package federationapi

@@ -6,6 +6,6 @@
 //
 // Reusing generated messages means no protoc step: the service descriptor
 // is written by hand here, in the shape protoc-gen-go-grpc generates, and
-// both sides (ca/server and sds/caclient) use it, so the method names
+// both sides (ca/certservice and sds/caclient) use it, so the method names
 // cannot drift. It imports no meshid package.
 package jwtapi

@@ -19,7 +19,7 @@ type Metric struct {
 	Type    string // counter, gauge or histogram
 	Help    string
 	Labels  []string // variable and constant label names, sorted
-	Package string   // the defining package's directory, e.g. ca/server
+	Package string   // the defining package's directory, e.g. ca/certservice
 	// Field is set when the name comes from a Config field (its default
 	// being Name): every `Field: "<name>"` in the module is the same
 	// metric under another name.

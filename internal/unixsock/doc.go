@@ -5,6 +5,6 @@
 // server on such a socket (listen, a connection cap, serve, a bounded stop,
 // removal) and NewGRPC that server with the limits every agent socket has
 // (header list size, request size, streams per connection, streams and
-// unary calls over the socket), shared by sds and sds/workloadapi so that
+// unary calls over the socket), shared by sds and sds/workloadendpoint so that
 // the two sockets' limits cannot drift apart.
 package unixsock

@@ -24,7 +24,7 @@ type Serving interface {
 	Stop()
 }
 
-// ServerConfig configures a Server. Its owner (sds, sds/workloadapi)
+// ServerConfig configures a Server. Its owner (sds, sds/workloadendpoint)
 // validates and defaults the values first.
 type ServerConfig struct {
 	Name  string // error prefix: "sds", "workloadapi"
@@ -51,7 +51,7 @@ type ServerConfig struct {
 // Server serves a gRPC server on one of the agent's sockets: Listen creates
 // the socket, Run serves until its context ends, stops the gRPC server
 // within the shutdown timeout and removes the socket (only if still ours).
-// The servers on the sockets (sds, sds/workloadapi) embed it, so that its
+// The servers on the sockets (sds, sds/workloadendpoint) embed it, so that its
 // methods are theirs.
 type Server struct {
 	cfg   ServerConfig

@@ -12,16 +12,16 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"golang.org/x/sync/errgroup"
 
-	meshidentity "github.com/meshid/meshid/identity"
+	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/buildinfo"
 	"github.com/meshid/meshid/internal/logs"
 	"github.com/meshid/meshid/internal/monitor"
-	"github.com/meshid/meshid/sds"
 	"github.com/meshid/meshid/sds/caclient"
 	"github.com/meshid/meshid/sds/rootfile"
+	"github.com/meshid/meshid/sds/sdsserver"
 	"github.com/meshid/meshid/sds/secretcache"
 	"github.com/meshid/meshid/sds/secretdump"
-	"github.com/meshid/meshid/sds/workloadapi"
+	"github.com/meshid/meshid/sds/workloadendpoint"
 )
 
 // Agent is an assembled node agent.
@@ -29,9 +29,9 @@ type Agent struct {
 	log     *slog.Logger
 	client  *caclient.Client // nil with Config.Signer
 	cache   *secretcache.Manager
-	sds     *sds.Server
-	monitor *monitor.Server     // nil when disabled
-	wlapi   *workloadapi.Server // nil unless Config.WorkloadAPISocket
+	sds     *sdsserver.Server
+	monitor *monitor.Server          // nil when disabled
+	wlapi   *workloadendpoint.Server // nil unless Config.WorkloadAPISocket
 }
 
 // New validates cfg, applies its defaults and builds the agent. It binds
@@ -47,7 +47,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := buildinfo.Register(cfg.Registerer); err != nil {
 		return nil, err
 	}
-	id, err := identity(cfg)
+	id, err := workloadID(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func assemble(cfg Config, signer secretcache.Signer, id spiffeid.ID) (*Agent, er
 	if cfg.SocketGroup {
 		mode = 0o660
 	}
-	srv, err := sds.New(sds.Config{
+	srv, err := sdsserver.New(sdsserver.Config{
 		Source:     cache,
 		SocketPath: cfg.SDSSocket,
 		SocketMode: mode,
@@ -125,7 +125,7 @@ func assemble(cfg Config, signer secretcache.Signer, id spiffeid.ID) (*Agent, er
 		// The SPIFFE Workload API: the second consumer of the same cache,
 		// so the proxy and the application hold one identity, rotated
 		// together.
-		a.wlapi, err = workloadapi.New(workloadapi.Config{
+		a.wlapi, err = workloadendpoint.New(workloadendpoint.Config{
 			Source:     cache,
 			SocketPath: cfg.WorkloadAPISocket,
 			SocketMode: mode,
@@ -163,17 +163,17 @@ func assemble(cfg Config, signer secretcache.Signer, id spiffeid.ID) (*Agent, er
 	return a, nil
 }
 
-// identity derives the workload identity from Namespace/ServiceAccount
+// workloadID derives the workload identity from Namespace/ServiceAccount
 // when both are set, else from the token's kubernetes.io claims.
-func identity(cfg Config) (spiffeid.ID, error) {
+func workloadID(cfg Config) (spiffeid.ID, error) {
 	if cfg.Namespace != "" && cfg.ServiceAccount != "" {
-		return meshidentity.ServiceAccount{Namespace: cfg.Namespace, Name: cfg.ServiceAccount}.ID(cfg.TrustDomain)
+		return identity.ServiceAccount{Namespace: cfg.Namespace, Name: cfg.ServiceAccount}.ID(cfg.TrustDomain)
 	}
 	tok, err := os.ReadFile(cfg.TokenFile)
 	if err != nil {
 		return spiffeid.ID{}, fmt.Errorf("--token-file: %w", err)
 	}
-	id, err := meshidentity.IDFromToken(string(tok), cfg.TrustDomain)
+	id, err := identity.IDFromToken(string(tok), cfg.TrustDomain)
 	if err != nil {
 		return spiffeid.ID{}, fmt.Errorf("--token-file %s: %w", cfg.TokenFile, err)
 	}

@@ -49,9 +49,11 @@ func newWorld(t *testing.T) *world {
 	reg := prometheus.NewRegistry()
 	w := &world{
 		ca: testkit.CA(t, caserver.Config{
-			StateDir:   dir,
-			JWTIssuer:  iss.Issuer(),
-			JWKSFile:   filepath.Join(dir, devissuer.JWKSFile),
+			StateDir: dir,
+			Authn: caserver.AuthnConfig{
+				JWTIssuer: iss.Issuer(),
+				JWKSFile:  filepath.Join(dir, devissuer.JWKSFile),
+			},
 			Registerer: reg,
 		}),
 		caReg:     reg,
@@ -252,7 +254,7 @@ func TestConfigErrors(t *testing.T) {
 		"no CA roots":          {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok}, "--ca-root is required"},
 		"missing root file":    {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, CARootFile: filepath.Join(dir, "absent.pem")}, "absent.pem"},
 		"bad key type":         {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, KeyType: "dsa-1024", CARootFile: good}, "key type"},
-		"negative TTL":         {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, CertTTL: -time.Hour, CARootFile: good}, "negative certificate TTL"},
+		"negative TTL":         {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, CertTTL: -time.Hour, CARootFile: good}, "CertTTL -1h0m0s is negative"},
 		"negative MaxCARoots":  {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, MaxCARoots: -1, CARootFile: good}, "MaxCARoots"},
 		"no token, no names":   {agent.Config{TokenFile: filepath.Join(dir, "absent"), CARootFile: good}, "--token-file"},
 		"system CA bundle":     {agent.Config{Namespace: "ns", ServiceAccount: "sa", TokenFile: tok, CARootFile: rootfile.SystemBundles[0]}, rootfile.SystemBundles[0] + " is the system CA bundle"},

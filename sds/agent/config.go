@@ -67,7 +67,7 @@ type Config struct {
 	// SDSSocket is the Unix socket Envoy SDS is served on.
 	SDSSocket string
 	// WorkloadAPISocket, when set, serves the SPIFFE Workload API
-	// (sds/workloadapi) on this Unix socket from the same cache as SDS.
+	// (sds/workloadendpoint) on this Unix socket from the same cache as SDS.
 	// Empty: off.
 	WorkloadAPISocket string
 	// SocketGroup makes the sockets 0660 instead of 0600.
@@ -115,30 +115,32 @@ type Config struct {
 	Gatherer   prometheus.Gatherer
 }
 
-// withDefaults returns cfg with defaults applied, or why it is invalid.
+// withDefaults returns cfg with defaults applied, or why it is invalid:
+// every invalid field at once (errors.Join), each error naming its field.
 func (cfg Config) withDefaults() (Config, error) {
+	var errs []error
 	cfg.CAAddr = cmp.Or(cfg.CAAddr, DefaultCAAddr)
 	cfg.TokenFile = cmp.Or(cfg.TokenFile, DefaultTokenFile)
 	cfg.SDSSocket = cmp.Or(cfg.SDSSocket, DefaultSDSSocket)
 	cfg.CertTTL = cmp.Or(cfg.CertTTL, DefaultCertTTL)
 	if cfg.CertTTL < 0 {
-		return cfg, errors.New("agent: negative certificate TTL")
+		errs = append(errs, fmt.Errorf("agent: CertTTL %v is negative", cfg.CertTTL))
 	}
 	if cfg.MaxCARoots < 0 {
-		return cfg, errors.New("agent: negative MaxCARoots")
+		errs = append(errs, fmt.Errorf("agent: MaxCARoots %d is negative", cfg.MaxCARoots))
 	}
 	cfg.GraceRatio = cmp.Or(cfg.GraceRatio, DefaultGraceRatio)
 	cfg.Jitter = cmp.Or(cfg.Jitter, DefaultJitter)
 	cfg.KeyType = cmp.Or(cfg.KeyType, DefaultKeyType)
 	if _, err := certs.ParseKeyType(string(cfg.KeyType)); err != nil {
-		return cfg, fmt.Errorf("agent: key type: %w", err)
+		errs = append(errs, fmt.Errorf("agent: KeyType: %w", err))
 	}
 	if cfg.TrustDomain.IsZero() {
 		cfg.TrustDomain = spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
 	}
 	cfg.Clock = clock.OrReal(cfg.Clock)
 	cfg.Logger = logs.OrDiscard(cfg.Logger)
-	return cfg, nil
+	return cfg, errors.Join(errs...)
 }
 
 // withMetrics returns cfg with its Registerer and Gatherer defaults.

@@ -19,7 +19,7 @@ import (
 
 	"github.com/meshid/meshid/bench/agentflood"
 	"github.com/meshid/meshid/internal/unixsock"
-	"github.com/meshid/meshid/sds"
+	"github.com/meshid/meshid/sds/sdsserver"
 	"github.com/meshid/meshid/testkit"
 )
 
@@ -102,14 +102,14 @@ func TestSDSSocketLimitsThroughAgent(t *testing.T) {
 	})
 
 	t.Run("connections", func(t *testing.T) {
-		conns := make([]net.Conn, 0, sds.DefaultMaxConnections+1)
+		conns := make([]net.Conn, 0, sdsserver.DefaultMaxConnections+1)
 		defer func() {
 			for _, c := range conns {
 				c.Close()
 			}
 		}()
 		var accepted, refused int
-		for range sds.DefaultMaxConnections + 1 {
+		for range sdsserver.DefaultMaxConnections + 1 {
 			c, err := net.Dial("unix", cfg.SDSSocket)
 			if err != nil {
 				t.Fatal(err)
@@ -128,7 +128,7 @@ func TestSDSSocketLimitsThroughAgent(t *testing.T) {
 			}
 		}
 		if refused == 0 {
-			t.Fatalf("%d connections served, none refused (cap %d)", accepted, sds.DefaultMaxConnections)
+			t.Fatalf("%d connections served, none refused (cap %d)", accepted, sdsserver.DefaultMaxConnections)
 		}
 		if n := testkit.Metric(t, reg, "meshid_agent_sds_refused_total", "reason", "connections"); n != float64(refused) {
 			t.Fatalf("refused_total{connections} = %v, want %d", n, refused)

@@ -19,8 +19,8 @@ import (
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/ca/keystore"
-	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/internal/clock"
@@ -70,7 +70,7 @@ func startRealCA(t testing.TB, rateLimit float64) *realCA {
 // start runs a server on r.addr (the same port again after stop).
 func (r *realCA) start() {
 	r.t.Helper()
-	r.addr, r.stop = testkit.ServeCA(r.t, server.Config{Authority: r.authority, Authenticator: r.auth, Listen: r.addr, RateLimit: r.rateLimit})
+	r.addr, r.stop = testkit.ServeCA(r.t, certservice.Config{Authority: r.authority, Authenticator: r.auth, Listen: r.addr, RateLimit: r.rateLimit})
 }
 
 // token writes a dev token for ns/sa to path.

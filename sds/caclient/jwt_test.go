@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/ca/jwtissuer"
-	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/internal/jwtapi"
 	"github.com/meshid/meshid/sds/caclient"
 	"github.com/meshid/meshid/testkit"
@@ -32,7 +32,7 @@ func TestRealCAJWTSVID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, _ := testkit.ServeCA(t, server.Config{Authority: r.authority, Authenticator: r.auth, JWT: iss})
+	addr, _ := testkit.ServeCA(t, certservice.Config{Authority: r.authority, Authenticator: r.auth, JWT: iss})
 	tok := tokenPath(t)
 	r.token(tok, "default", "default")
 	c := newClient(t, caclient.Config{Addr: addr, ServerName: "localhost", Roots: r.roots, TokenFile: tok})
@@ -130,7 +130,7 @@ func TestMintJWTSVIDSendsClusterID(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := &clusterSeen{next: r.auth}
-	addr, _ := testkit.ServeCA(t, server.Config{Authority: r.authority, Authenticator: seen, JWT: iss})
+	addr, _ := testkit.ServeCA(t, certservice.Config{Authority: r.authority, Authenticator: seen, JWT: iss})
 	tok := tokenPath(t)
 	r.token(tok, "default", "default")
 	id := spiffeid.RequireFromString(workload)

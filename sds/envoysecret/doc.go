@@ -2,7 +2,7 @@
 // Envoy's Secret resource, the names of the SPIFFE certificate validator
 // and of meshid's node metadata switch, and the mapping between typed
 // certificates and keys and go-control-plane's tlsv3.Secret, both ways.
-// The SDS server (package sds) encodes with it; the SDS client
+// The SDS server (sds/sdsserver) encodes with it; the SDS client
 // (sdsfetch, `meshid inspect --sds`) decodes with it.
 //
 // A certificate secret is a TlsCertificate with the inline PEM chain and

@@ -38,7 +38,7 @@ const (
 	// and the Workload API within this (the issue asks for 30 s).
 	DefaultFederationRefresh = 15 * time.Second
 	// MaxFederatedTrustDomains bounds the trust domains taken from one
-	// answer (the CA's own limit, ca/federation.MaxPeers).
+	// answer (the CA's own limit, ca/spiffefed.MaxPeers).
 	MaxFederatedTrustDomains = 64
 )
 

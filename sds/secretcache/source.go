@@ -2,7 +2,7 @@ package secretcache
 
 import "context"
 
-// Source is what the agent's servers (sds, sds/workloadapi) serve from:
+// Source is what the agent's servers (sds, sds/workloadendpoint) serve from:
 // the one subscription point of the cache. *Manager implements it; tests
 // of a server may give it another.
 type Source interface {

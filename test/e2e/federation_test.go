@@ -26,8 +26,8 @@ import (
 
 	"github.com/meshid/meshid/ca/admin"
 	"github.com/meshid/meshid/ca/caserver"
-	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/ca/spiffefed"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/sds/agent"
@@ -78,12 +78,18 @@ func (m *mesh) newCA(t *testing.T, peer *mesh) *devissuer.Issuer {
 	}
 	m.ca, err = caserver.New(caserver.Config{
 		Listen: "127.0.0.1:0", TrustDomain: m.td, StateDir: m.dir, AdminSocket: m.adminSock,
-		JWTIssuer: iss.Issuer(), JWKSFile: filepath.Join(m.dir, devissuer.JWKSFile),
-		BundleEndpoint: federation.EndpointConfig{Listen: m.endpoint, RefreshHint: m.hint},
-		FederateWith: []federation.Peer{{
-			TrustDomain: peer.td, URL: "https://" + peer.endpoint + "/", Profile: federation.ProfileSPIFFE,
-			EndpointID: federation.EndpointID(peer.td), BundleFile: filepath.Join(peer.dir, keystore.RootCertFile),
-		}},
+		Authn: caserver.AuthnConfig{
+			JWTIssuer: iss.Issuer(),
+			JWKSFile:  filepath.Join(m.dir, devissuer.JWKSFile),
+		},
+
+		Federation: caserver.FederationConfig{
+			BundleEndpoint: spiffefed.EndpointConfig{Listen: m.endpoint, RefreshHint: m.hint},
+			Peers: []spiffefed.Peer{{
+				TrustDomain: peer.td, URL: "https://" + peer.endpoint + "/", Profile: spiffefed.ProfileSPIFFE,
+				EndpointID: spiffefed.EndpointID(peer.td), BundleFile: filepath.Join(peer.dir, keystore.RootCertFile),
+			}},
+		},
 		Logger: m.logs.Logger(),
 	})
 	if err != nil {
@@ -418,7 +424,7 @@ func waitRoots(t *testing.T, src *workloadapi.X509Source, td spiffeid.TrustDomai
 // rotation, in both directions, succeeds, the last on B's new root.
 func TestFederationAcrossARootRotation(t *testing.T) {
 	a, b := newMesh(t, "a.example"), newMesh(t, "b.example")
-	b.hint = time.Second // refreshed at federation.MinRefresh (5 s)
+	b.hint = time.Second // refreshed at spiffefed.MinRefresh (5 s)
 	srcA, srcB := startMeshes(t, a, b)
 	serve := func(src *workloadapi.X509Source, allow spiffeid.TrustDomain) string {
 		ln, err := tls.Listen("tcp", "127.0.0.1:0", tlsconfig.MTLSServerConfig(src, src, tlsconfig.AuthorizeMemberOf(allow)))

@@ -67,14 +67,18 @@ func TestMetricsReference(t *testing.T) {
 	w := newWorld(t, false)
 	caReg, agentReg := newRecorder(), newRecorder()
 	ca := testkit.CA(t, caserver.Config{
-		TrustDomain:      td,
-		StateDir:         w.caDir,
-		JWTIssuer:        w.issuer.Issuer(),
-		JWKSFile:         filepath.Join(w.dir, devissuer.JWKSFile),
-		MonitoringListen: "127.0.0.1:0",
-		Registerer:       caReg,
-		Gatherer:         caReg,
-		Logger:           discard,
+		TrustDomain: td,
+		StateDir:    w.caDir,
+		Authn: caserver.AuthnConfig{
+			JWTIssuer: w.issuer.Issuer(),
+			JWKSFile:  filepath.Join(w.dir, devissuer.JWKSFile),
+		},
+		Monitoring: caserver.MonitoringConfig{
+			Listen: "127.0.0.1:0",
+		},
+		Registerer: caReg,
+		Gatherer:   caReg,
+		Logger:     discard,
 	})
 	tok, err := w.issuer.Mint("default", "default", []string{"istio-ca"}, time.Hour, w.clock.Now())
 	if err != nil {

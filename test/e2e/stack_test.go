@@ -73,14 +73,18 @@ func (w *world) startCA(t *testing.T, addr string) *caServer {
 		Listen:      addr,
 		TrustDomain: td,
 		StateDir:    w.caDir,
-		JWTIssuer:   w.issuer.Issuer(),
-		JWKSFile:    filepath.Join(w.dir, devissuer.JWKSFile),
+		Authn: caserver.AuthnConfig{
+			JWTIssuer:        w.issuer.Issuer(),
+			JWKSFile:         filepath.Join(w.dir, devissuer.JWKSFile),
+			MaxTokenLifetime: agentTokenTTL,
+		},
 		// startAgent's tokens live 30 days, so that the fake clock can run
 		// through rotations without a kubelet refreshing them.
-		MaxTokenLifetime: agentTokenTTL,
-		ServingTTL:       servingTTL,
-		Clock:            caClock{w.clock},
-		Logger:           discard,
+		Serving: caserver.ServingConfig{
+			CertTTL: servingTTL,
+		},
+		Clock:  caClock{w.clock},
+		Logger: discard,
 	})
 	if err != nil {
 		t.Fatal(err)

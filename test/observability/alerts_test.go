@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meshid/meshid/ca/caserver"
-	"github.com/meshid/meshid/ca/federation"
+	"github.com/meshid/meshid/ca/spiffefed"
 	"github.com/meshid/meshid/ca/upstream"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/testkit"
@@ -194,8 +194,8 @@ func troubleTimeline(t *testing.T) timeline {
 	ctx := context.Background()
 	// A federated trust domain whose bundle endpoint is gone: its bundle
 	// is never refreshed.
-	peer := federation.Peer{TrustDomain: spiffeid.RequireTrustDomainFromString("gone.example"), URL: "https://" + closedAddr(t) + "/", Profile: federation.ProfileWeb}
-	c := startCA(t, "meshid-0", caserver.Config{RateLimit: 1, RateBurst: 1, MaxConnectionsPerIP: 3, FederateWith: []federation.Peer{peer}})
+	peer := spiffefed.Peer{TrustDomain: spiffeid.RequireTrustDomainFromString("gone.example"), URL: "https://" + closedAddr(t) + "/", Profile: spiffefed.ProfileWeb}
+	c := startCA(t, "meshid-0", caserver.Config{Limits: caserver.LimitsConfig{Rate: 1, Burst: 1, MaxConnectionsPerIP: 3}, Federation: caserver.FederationConfig{Peers: []spiffefed.Peer{peer}}})
 	short, shortT, _ := runAgent(t, "short-0", c.srv.Addr().String(), c.rootFile(), c.tokenFile(t, "shop", "short"), 30*time.Minute, nil)
 	if s, err := fetch(t, short); err != nil || time.Until(s.NotAfter) > 30*time.Minute {
 		t.Fatalf("short-lived agent: %v, %v", s, err)

@@ -48,13 +48,13 @@ func startCA(t *testing.T, pod string, cfg caserver.Config) *ca {
 	}
 	reg := prometheus.NewRegistry()
 	cfg.StateDir = dir
-	cfg.JWTIssuer = iss.Issuer()
-	cfg.JWKSFile = filepath.Join(dir, devissuer.JWKSFile)
-	cfg.KubeClient = fake.NewClientset()
-	cfg.TokenReviewIssuers = []string{"https://kubernetes.default.svc.cluster.local"}
-	cfg.DisableRootConfigMap = true
-	cfg.PodName = pod
-	cfg.MonitoringListen = "127.0.0.1:0"
+	cfg.Authn.JWTIssuer = iss.Issuer()
+	cfg.Authn.JWKSFile = filepath.Join(dir, devissuer.JWKSFile)
+	cfg.Kube.Client = fake.NewClientset()
+	cfg.Authn.TokenReviewIssuers = []string{"https://kubernetes.default.svc.cluster.local"}
+	cfg.Kube.DisableRootConfigMap = true
+	cfg.Kube.PodName = pod
+	cfg.Monitoring.Listen = "127.0.0.1:0"
 	cfg.Registerer, cfg.Gatherer = reg, reg
 	srv := testkit.CA(t, cfg)
 	return &ca{dir: dir, iss: iss, srv: srv, reg: reg, target: target{addr: srv.MonitoringAddr().String(), namespace: caNamespace, pod: pod}}

@@ -22,8 +22,8 @@ import (
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
 
 	"github.com/meshid/meshid/ca/caserver"
-	"github.com/meshid/meshid/ca/federation"
 	"github.com/meshid/meshid/ca/keystore"
+	"github.com/meshid/meshid/ca/spiffefed"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/devissuer"
 	"github.com/meshid/meshid/sds/agent"
@@ -70,15 +70,15 @@ func TestFederationWithSPIRE(t *testing.T) {
 	}
 	meshEndpoint := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 
-	srv := startSPIREServer(t, bin, spireTD.Name(), meshTD.Name(), "https://"+meshEndpoint, federation.EndpointID(meshTD).String())
+	srv := startSPIREServer(t, bin, spireTD.Name(), meshTD.Name(), "https://"+meshEndpoint, spiffefed.EndpointID(meshTD).String())
 	// Bootstrap, SPIRE to meshid: SPIRE's bundle in the SPIFFE format.
 	spireBundle := filepath.Join(meshDir, "spire-bundle.json")
 	if err := os.WriteFile(spireBundle, []byte(srv.cli(t, "bundle", "show", "-format", "spiffe")), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
-	ca, iss, logs := startMeshCA(t, meshDir, meshEndpoint, federation.Peer{
-		TrustDomain: spireTD, URL: "https://127.0.0.1:" + strconv.Itoa(srv.bundlePort) + "/", Profile: federation.ProfileSPIFFE,
+	ca, iss, logs := startMeshCA(t, meshDir, meshEndpoint, spiffefed.Peer{
+		TrustDomain: spireTD, URL: "https://127.0.0.1:" + strconv.Itoa(srv.bundlePort) + "/", Profile: spiffefed.ProfileSPIFFE,
 		EndpointID: spireEndpointID, BundleFile: spireBundle,
 	})
 	logs.WaitFor(t, "federated bundle updated", 1)
@@ -159,7 +159,7 @@ func TestFederationWithSPIRE(t *testing.T) {
 
 // startMeshCA runs meshid's CA for a.example (root in dir) with its bundle
 // endpoint on endpoint, federating with peer.
-func startMeshCA(t *testing.T, dir, endpoint string, peer federation.Peer) (*caserver.Server, *devissuer.Issuer, *testkit.LogRecorder) {
+func startMeshCA(t *testing.T, dir, endpoint string, peer spiffefed.Peer) (*caserver.Server, *devissuer.Issuer, *testkit.LogRecorder) {
 	t.Helper()
 	iss, err := devissuer.LoadOrCreate(dir, "https://issuer."+meshTD.Name())
 	if err != nil {
@@ -168,10 +168,16 @@ func startMeshCA(t *testing.T, dir, endpoint string, peer federation.Peer) (*cas
 	logs := testkit.NewLogRecorder()
 	ca, err := caserver.New(caserver.Config{
 		Listen: "127.0.0.1:0", TrustDomain: meshTD, StateDir: dir,
-		JWTIssuer: iss.Issuer(), JWKSFile: filepath.Join(dir, devissuer.JWKSFile),
-		BundleEndpoint: federation.EndpointConfig{Listen: endpoint},
-		FederateWith:   []federation.Peer{peer},
-		Logger:         logs.Logger(),
+		Authn: caserver.AuthnConfig{
+			JWTIssuer: iss.Issuer(),
+			JWKSFile:  filepath.Join(dir, devissuer.JWKSFile),
+		},
+
+		Federation: caserver.FederationConfig{
+			BundleEndpoint: spiffefed.EndpointConfig{Listen: endpoint},
+			Peers:          []spiffefed.Peer{peer},
+		},
+		Logger: logs.Logger(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/internal/devissuer"
-	sdsagent "github.com/meshid/meshid/sds/agent"
+	"github.com/meshid/meshid/sds/agent"
 	"github.com/meshid/meshid/sds/caclient"
 	"github.com/meshid/meshid/sds/secretcache"
 	"github.com/meshid/meshid/testkit"
@@ -51,7 +51,7 @@ func newAuthority(t testing.TB, clk clock.Clock, reg prometheus.Registerer) *ca.
 	return a
 }
 
-// caServer is a running ca/server on 127.0.0.1 with JWT authentication
+// caServer is a running ca/certservice on 127.0.0.1 with JWT authentication
 // (the dev issuer), on a fake clock.
 type caServer struct {
 	authority *ca.Authority
@@ -84,10 +84,19 @@ func startCA(t *testing.T, clk *clock.Fake, rate float64, burst int, wrap ...fun
 	// The CA assembly `meshid server` runs, with a self-signed root made
 	// at the fake time.
 	srv := testkit.CA(t, caserver.Config{
-		TrustDomain: td, ExtraAuthenticators: []authn.Authenticator{auth},
-		RateLimit: rate, RateBurst: burst, Clock: clk, Logger: quiet, Registerer: s.reg,
+		TrustDomain: td, Authn: caserver.AuthnConfig{
+			Extra: []authn.Authenticator{auth},
+		},
+
+		Limits: caserver.LimitsConfig{
+			Rate:  rate,
+			Burst: burst,
+		},
+		Clock: clk, Logger: quiet, Registerer: s.reg,
 		// No root-rotation timer: the storm counts the fake clock's waiters.
-		RootRotationThreshold: -1,
+		Rotation: caserver.RotationConfig{
+			RootThreshold: -1,
+		},
 	})
 	s.authority, s.addr = srv.Authority(), srv.Addr().String()
 	return s
@@ -98,7 +107,7 @@ func startCA(t *testing.T, clk *clock.Fake, rate float64, burst int, wrap ...fun
 // flags but ttl, on clk, for id and signer.
 func managerConfig(t testing.TB, signer secretcache.Signer, id spiffeid.ID, ttl time.Duration, clk clock.Clock) secretcache.Config {
 	t.Helper()
-	cfg, err := sdsagent.Config{CertTTL: ttl, Clock: clk, Logger: quiet}.ManagerConfig(signer, id)
+	cfg, err := agent.Config{CertTTL: ttl, Clock: clk, Logger: quiet}.ManagerConfig(signer, id)
 	if err != nil {
 		t.Fatal(err)
 	}

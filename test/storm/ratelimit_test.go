@@ -17,7 +17,7 @@ import (
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/ca/authn"
-	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/testkit"
@@ -31,7 +31,7 @@ import (
 // the limited caller again once the bucket refills. The burst's calls are
 // held in authentication until the other caller has been served, so that
 // call overlaps the burst: a full connection's worth of the burst's calls
-// (server.MaxConcurrentStreams) is inside the CA while it is served, on a
+// (certservice.MaxConcurrentStreams) is inside the CA while it is served, on a
 // connection of its own as another agent's would be.
 func TestRateLimitBurst(t *testing.T) {
 	const (
@@ -62,7 +62,7 @@ func TestRateLimitBurst(t *testing.T) {
 	}
 	close(start)
 	timeout := guard(t, time.Minute)
-	for i := range server.MaxConcurrentStreams {
+	for i := range certservice.MaxConcurrentStreams {
 		select {
 		case <-g.entered:
 		case <-timeout:

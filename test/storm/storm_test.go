@@ -17,7 +17,7 @@ import (
 )
 
 // agent is one SecretManager and what it served, in fake time.
-type agent struct {
+type testAgent struct {
 	m *secretcache.Manager
 
 	mu        sync.Mutex
@@ -27,7 +27,7 @@ type agent struct {
 }
 
 // Sign passes the CSR to the CA client and counts rate-limited answers.
-func (a *agent) sign(c secretcache.Signer) secretcache.Signer {
+func (a *testAgent) sign(c secretcache.Signer) secretcache.Signer {
 	return signerFunc(func(ctx context.Context, csr *x509.CertificateRequest, ttl time.Duration) ([]*x509.Certificate, []*x509.Certificate, error) {
 		chain, roots, err := c.Sign(ctx, csr, ttl)
 		if status.Code(err) == codes.ResourceExhausted {
@@ -84,13 +84,13 @@ func TestRotationStorm(t *testing.T) {
 	var runs sync.WaitGroup
 	t.Cleanup(func() { cancel(); runs.Wait() })
 
-	all := make([]*agent, 0, agents)
+	all := make([]*testAgent, 0, agents)
 	for d := range deployments {
 		sa := fmt.Sprintf("deploy-%d", d)
 		client := s.client(t, "storm", sa) // one token, one connection per deployment
 		id := spiffeid.RequireFromSegments(td, "ns", "storm", "sa", sa)
 		for range pods {
-			a := &agent{}
+			a := &testAgent{}
 			m, err := secretcache.New(managerConfig(t, a.sign(client), id, ttl, clk))
 			if err != nil {
 				t.Fatal(err)

@@ -14,7 +14,10 @@
 // Key is a crypto.Signer for ca.Authority and keystore.LoadDirSigner; its
 // Sign errors wrap keystore.ErrKeyUnavailable, so a module that fails while
 // the CA runs fails each request with Unavailable instead of crashing the
-// CA. The CA verifies every signature a Key makes (ca/sign.go).
+// CA. The CA verifies every signature a Key makes (ca/sign.go). Generate
+// creates a key; Destroy erases one (an upstream-minted intermediate's key
+// once it no longer signs, ca/upstream.ModuleKeys); List reads which keys
+// a token holds, without any leaving it.
 //
 // The module is a C library loaded with dlopen, so Open needs cgo. A
 // CGO_ENABLED=0 build compiles (open_nocgo.go) and refuses pkcs11: URIs with

@@ -23,10 +23,10 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/meshid/meshid/ca"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/keystore/pkcs11"
 	"github.com/meshid/meshid/ca/keystore/pkcs11/softhsm"
-	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/testkit"
@@ -354,7 +354,7 @@ func TestModuleFailsMidRun(t *testing.T) {
 			if k := ca.KindOf(err); k != ca.KindUnavailable {
 				t.Fatalf("kind %v (%v), want unavailable", k, err)
 			}
-			if c := server.Code(err); c != codes.Unavailable {
+			if c := certservice.Code(err); c != codes.Unavailable {
 				t.Fatalf("gRPC code %v, want Unavailable", c)
 			}
 			if !errors.Is(err, keystore.ErrKeyUnavailable) {
@@ -606,7 +606,7 @@ func TestSignEndsWithinSessionWait(t *testing.T) {
 	case <-watchdog(t):
 		t.Fatal("Sign still waits for the module after the session wait")
 	}
-	if ca.KindOf(err) != ca.KindUnavailable || server.Code(err) != codes.Unavailable || !errors.Is(err, keystore.ErrKeyUnavailable) {
+	if ca.KindOf(err) != ca.KindUnavailable || certservice.Code(err) != codes.Unavailable || !errors.Is(err, keystore.ErrKeyUnavailable) {
 		t.Fatalf("err = %v, want Unavailable wrapping keystore.ErrKeyUnavailable", err)
 	}
 	if !strings.Contains(err.Error(), "did not return within 5s") {

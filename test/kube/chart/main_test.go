@@ -3,11 +3,9 @@ package chart_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/meshid/meshid/test/kube/harness"
 )
@@ -22,36 +20,26 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	var err error
+	if helmHome, err = os.MkdirTemp("", "meshid-helm-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := harness.Main(m, harness.Config{}, setup)
+	os.RemoveAll(helmHome)
+	os.Exit(code)
 }
 
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	var err error
+// setup finds the pinned helm (built once, cached) and the chart.
+func setup(_ context.Context, c *harness.Cluster) (err error) {
+	cluster = c
 	if helmBin, err = harness.EnsureHelm(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
 	repo, err := harness.RepoRoot()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
 	chartDir = filepath.Join(repo, "deploy", "charts", "meshid")
-	if helmHome, err = os.MkdirTemp("", "meshid-helm-"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(helmHome)
-	c, err := harness.Boot(ctx, harness.Config{
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer c.Stop()
-	cluster = c
-	return m.Run()
+	return nil
 }

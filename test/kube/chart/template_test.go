@@ -412,7 +412,10 @@ func TestTemplateProbes(t *testing.T) {
 
 // TestTemplateUpstream: caMode upstream passes --upstream and
 // --upstream-credentials from the Secret it mounts (0440, the fsGroup's),
-// mounts no cacerts, and refuses to render without the URL or the Secret.
+// and --kube-ca-secret (the elected replica mints, the others sign with
+// the Secret meshid-ca-upstream it writes, which the Role lets it
+// update), mounts no cacerts, and refuses to render without the URL or
+// the Secret.
 func TestTemplateUpstream(t *testing.T) {
 	const url = "cfssl+https://cfssl.corp.example:8888?profile=meshid-intermediate&ca=/etc/meshid/upstream/tls-ca.pem"
 	r := render(t, "meshid", "istio-system", "caMode=upstream", "upstream.url="+strings.ReplaceAll(url, ",", `\,`),
@@ -420,13 +423,16 @@ func TestTemplateUpstream(t *testing.T) {
 	d := deployment(t, r, "istio-system", "meshid")
 	c := d.Spec.Template.Spec.Containers[0]
 	for _, arg := range []string{"--upstream=" + url, "--upstream-credentials=/etc/meshid/upstream/auth-key",
-		"--upstream-lifetime=72h", "--upstream-renew-at=0.25"} {
+		"--upstream-lifetime=72h", "--upstream-renew-at=0.25", "--kube-ca-secret"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("args %q lack %s", c.Args, arg)
 		}
 	}
-	if slices.Contains(c.Args, "--ca-dir=/etc/cacerts") || slices.Contains(c.Args, "--kube-ca-secret") {
+	if slices.Contains(c.Args, "--ca-dir=/etc/cacerts") {
 		t.Errorf("upstream mode with another CA source: %q", c.Args)
+	}
+	if role, _ := json.Marshal(r.get(t, "Role", "istio-system", "meshid").Object); !strings.Contains(string(role), `"resourceNames":["meshid-ca-upstream"],"resources":["secrets"],"verbs":["get","list","watch","update"]`) {
+		t.Errorf("the Role does not let the leader write the Secret meshid-ca-upstream: %s", role)
 	}
 	var vol *corev1.Volume
 	for i, v := range d.Spec.Template.Spec.Volumes {

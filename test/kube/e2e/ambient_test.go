@@ -23,8 +23,8 @@ import (
 
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/authn"
+	"github.com/meshid/meshid/ca/certservice"
 	"github.com/meshid/meshid/ca/nodeauth"
-	"github.com/meshid/meshid/ca/server"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/identity"
 	"github.com/meshid/meshid/test/kube/harness"
@@ -74,7 +74,7 @@ func boundToken(t *testing.T, pod *corev1.Pod) string {
 	return tok
 }
 
-// ambientCA is an in-process CA (ca.Authority, ca/server, TokenReview or
+// ambientCA is an in-process CA (ca.Authority, ca/certservice, TokenReview or
 // offline JWT authentication, node authorization) against the real API
 // server, as the CA process assembles it.
 type ambientCA struct {
@@ -102,7 +102,7 @@ func startAmbientCA(t *testing.T, authenticator authn.Authenticator) *ambientCA 
 		t.Fatal(err)
 	}
 	testkit.Run(t, "node authorizer", a.nodeAuth.Run)
-	addr, _ := testkit.ServeCA(t, server.Config{Authority: a.authority, Authenticator: authenticator, NodeAuthorizer: a.nodeAuth})
+	addr, _ := testkit.ServeCA(t, certservice.Config{Authority: a.authority, Authenticator: authenticator, NodeAuthorizer: a.nodeAuth})
 	s := &caServer{addr: addr}
 	s.connect(t, a.authority.Bundle().Roots)
 	t.Cleanup(func() { s.conn.Close() })
@@ -131,7 +131,7 @@ func (a *ambientCA) impersonate(ctx context.Context, token string, san, imperson
 	if err != nil {
 		return nil, err
 	}
-	md, err := structpb.NewStruct(map[string]any{server.ImpersonatedIdentityKey: impersonated.String()})
+	md, err := structpb.NewStruct(map[string]any{certservice.ImpersonatedIdentityKey: impersonated.String()})
 	if err != nil {
 		return nil, err
 	}

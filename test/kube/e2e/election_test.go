@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	kubeclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/ca/kube/election"
+	"github.com/meshid/meshid/ca/kubeclient"
 )
 
 // elector is one in-process election.Elector on the real API server.
@@ -42,7 +42,7 @@ func TestElection(t *testing.T) {
 		retryPeriod   = 250 * time.Millisecond
 	)
 	start := func(id string) *elector {
-		clients, err := kubeclient.New(kubeclient.Config{Kubeconfig: kubeconfig})
+		clients, err := kubeclient.NewClients(kubeclient.Config{Kubeconfig: kubeconfig})
 		if err != nil {
 			t.Fatal(err)
 		}

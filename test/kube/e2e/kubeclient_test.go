@@ -21,7 +21,7 @@ import (
 	"github.com/meshid/meshid/ca/kubeclient"
 )
 
-// protobufClient is a kubeclient as ca/kube/client configures the CA's:
+// protobufClient is a kubeclient as ca/kubeclient configures the CA's:
 // protobuf on the wire, JSON accepted.
 func protobufClient(t *testing.T) *kubeclient.Clientset {
 	t.Helper()

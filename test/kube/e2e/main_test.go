@@ -20,34 +20,25 @@ var cluster *harness.Cluster
 var staticUser = harness.StaticToken{Token: "static-user-token-0123456789abcdef", User: "alice", UID: "alice-uid", Groups: []string{"developers"}}
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	start := time.Now()
 	tmp, err := os.MkdirTemp("", "meshid-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+		os.Exit(1)
 	}
-	defer os.RemoveAll(tmp)
 	binDir = tmp
-	c, err := harness.Boot(ctx, harness.Config{
+	start := time.Now()
+	code := harness.Main(m, harness.Config{
 		// istio-ca is an API audience so that the static user's token
 		// passes the API server's own review: the CA's check that the
 		// caller is a service account is then what rejects it.
 		APIAudiences: []string{"istio-ca"},
 		StaticTokens: []harness.StaticToken{staticUser},
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}, func(_ context.Context, c *harness.Cluster) error {
+		fmt.Fprintf(os.Stderr, "e2e: cluster ready at %s in %s\n", c.Host(), time.Since(start).Round(time.Millisecond))
+		cluster = c
+		return nil
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer c.Stop()
-	fmt.Fprintf(os.Stderr, "e2e: cluster ready at %s in %s\n", c.Host(), time.Since(start).Round(time.Millisecond))
-	cluster = c
-	return m.Run()
+	os.RemoveAll(tmp)
+	os.Exit(code)
 }

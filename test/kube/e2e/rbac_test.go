@@ -42,6 +42,11 @@ func TestCARBACIsMinimal(t *testing.T) {
 		{req{"watch", "", "secrets", caNamespace, "meshid-jwt-keys", ""}, true},
 		{req{"update", "", "secrets", caNamespace, "meshid-jwt-keys", ""}, true},
 		{req{"update", "coordination.k8s.io", "leases", caNamespace, "meshid-jwt-keys", ""}, true},
+		// The upstream's intermediate (--upstream --kube-ca-secret): the
+		// leader writes it, every replica watches it (test/kube/upstreamha).
+		{req{"get", "", "secrets", caNamespace, "meshid-ca-upstream", ""}, true},
+		{req{"watch", "", "secrets", caNamespace, "meshid-ca-upstream", ""}, true},
+		{req{"update", "", "secrets", caNamespace, "meshid-ca-upstream", ""}, true},
 		// What it must not be able to do.
 		{req{"get", "", "configmaps", "default", "kube-root-ca.crt", ""}, false},
 		{req{"list", "", "configmaps", "default", "", ""}, false},
@@ -53,6 +58,8 @@ func TestCARBACIsMinimal(t *testing.T) {
 		{req{"update", "", "secrets", caNamespace, pluggedSecret, ""}, false},
 		{req{"delete", "", "secrets", caNamespace, caSecret, ""}, false},
 		{req{"delete", "", "secrets", caNamespace, "meshid-jwt-keys", ""}, false},
+		{req{"delete", "", "secrets", caNamespace, "meshid-ca-upstream", ""}, false},
+		{req{"update", "", "secrets", "default", "meshid-ca-upstream", ""}, false},
 		{req{"update", "", "secrets", caNamespace, "meshid-jwt-keys-other", ""}, false},
 		{req{"update", "", "secrets", "default", "meshid-jwt-keys", ""}, false},
 		{req{"create", "", "secrets", "default", "", ""}, false},

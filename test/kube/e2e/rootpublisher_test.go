@@ -22,9 +22,9 @@ import (
 	"github.com/meshid/meshid/ca"
 	"github.com/meshid/meshid/ca/keystore"
 	"github.com/meshid/meshid/ca/kube"
-	kubeclient "github.com/meshid/meshid/ca/kube/client"
 	"github.com/meshid/meshid/ca/kube/election"
 	"github.com/meshid/meshid/ca/kube/rootpublisher"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/internal/clock"
 	"github.com/meshid/meshid/testkit"
 )
@@ -47,7 +47,7 @@ func (r replica) writes(t *testing.T) float64 {
 
 func startReplica(t *testing.T, kubeconfig, id string, authority *ca.Authority, clk clock.Clock, run string) replica {
 	t.Helper()
-	clients, err := kubeclient.New(kubeclient.Config{Kubeconfig: kubeconfig})
+	clients, err := kubeclient.NewClients(kubeclient.Config{Kubeconfig: kubeconfig})
 	if err != nil {
 		t.Fatal(err)
 	}

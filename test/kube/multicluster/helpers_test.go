@@ -136,15 +136,21 @@ func startCA(t *testing.T, mod func(*caserver.Config)) *ca {
 	}
 	reg := prometheus.NewRegistry()
 	cfg := caserver.Config{
-		TrustDomain:          trustDomain,
-		Kubeconfig:           clusterA.AdminKubeconfig(),
-		ClusterID:            idA,
-		Namespace:            caNamespace,
-		PodName:              "meshid-0",
-		DisableRootConfigMap: true,
-		MonitoringListen:     "127.0.0.1:0",
-		Registerer:           reg,
-		Logger:               slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("test", t.Name()),
+		TrustDomain: trustDomain,
+		Kube: caserver.KubeConfig{
+			Kubeconfig:           clusterA.AdminKubeconfig(),
+			Namespace:            caNamespace,
+			PodName:              "meshid-0",
+			DisableRootConfigMap: true,
+		},
+		Clusters: caserver.ClustersConfig{
+			ID: idA,
+		},
+		Monitoring: caserver.MonitoringConfig{
+			Listen: "127.0.0.1:0",
+		},
+		Registerer: reg,
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("test", t.Name()),
 	}
 	if mod != nil {
 		mod(&cfg)

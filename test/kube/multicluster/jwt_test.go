@@ -56,7 +56,7 @@ func TestRemoteJWTSVID(t *testing.T) {
 	if err := os.WriteFile(path, readerKubeconfig(t, clusterB), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := startCA(t, func(cfg *caserver.Config) { cfg.RemoteKubeconfigs = map[string]string{idB: path} })
+	c := startCA(t, func(cfg *caserver.Config) { cfg.Clusters.RemoteKubeconfigs = map[string]string{idB: path} })
 	wb := newWorkload(t, clusterB, "jwt-b", "backend")
 
 	// The first request waits for the shared JWT keys (the Secret the

@@ -43,8 +43,8 @@ func TestRemoteNodeAuthorization(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := startCA(t, func(cfg *caserver.Config) {
-		cfg.RemoteKubeconfigs = map[string]string{idB: path}
-		cfg.TrustedNodeAccounts = []identity.ServiceAccount{{Namespace: caNamespace, Name: "ztunnel"}}
+		cfg.Clusters.RemoteKubeconfigs = map[string]string{idB: path}
+		cfg.Authn.TrustedNodeAccounts = []identity.ServiceAccount{{Namespace: caNamespace, Name: "ztunnel"}}
 	})
 	const node = "node-1"
 	ztunnel := podOn(t, clusterB, caNamespace, "ztunnel-b", "ztunnel", node)

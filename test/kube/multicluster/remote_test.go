@@ -40,7 +40,7 @@ func TestRemoteKubeconfig(t *testing.T) {
 	if err := os.WriteFile(path, readerKubeconfig(t, clusterB), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := startCA(t, func(cfg *caserver.Config) { cfg.RemoteKubeconfigs = map[string]string{idB: path} })
+	c := startCA(t, func(cfg *caserver.Config) { cfg.Clusters.RemoteKubeconfigs = map[string]string{idB: path} })
 	wa := newWorkload(t, clusterA, "flag-a", "frontend")
 	wb := newWorkload(t, clusterB, "flag-b", "backend")
 

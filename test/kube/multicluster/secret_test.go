@@ -48,7 +48,7 @@ func until(t *testing.T, what string, cond func(context.Context) error) time.Dur
 func TestRemoteSecret(t *testing.T) {
 	ctx := context.Background()
 	logs := testkit.NewLogRecorder()
-	c := startCA(t, func(cfg *caserver.Config) { cfg.RemoteSecrets = true; cfg.Logger = logs.Logger() })
+	c := startCA(t, func(cfg *caserver.Config) { cfg.Clusters.RemoteSecrets = true; cfg.Logger = logs.Logger() })
 	wa := newWorkload(t, clusterA, "secret-a", "frontend")
 	wb := newWorkload(t, clusterB, "secret-b", "backend")
 	secrets := clusterA.Client().CoreV1().Secrets(caNamespace)

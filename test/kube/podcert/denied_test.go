@@ -138,7 +138,7 @@ func TestOtherSignerUntouched(t *testing.T) {
 func TestFailedWhenThePolicyRefuses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	startCA(t, caserver.Config{MaxTTL: 30 * time.Minute, DefaultTTL: 30 * time.Minute})
+	startCA(t, caserver.Config{Issuance: caserver.IssuanceConfig{MaxTTL: 30 * time.Minute, DefaultTTL: 30 * time.Minute}})
 	ns := "pc-failed"
 	sa := workload(t, ctx, ns, "app")
 	k := newKubelet(t, ctx, "node-failed")

@@ -40,11 +40,11 @@ func startCA(t testing.TB, cfg caserver.Config) (*caserver.Server, *prometheus.R
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.TrustDomain = trustDomain
-	cfg.Kubeconfig = caKubeconfig
-	cfg.Namespace = caNamespace
-	cfg.PodCertificateSigner = signerName
-	cfg.DisableRootConfigMap = true
-	cfg.TokenVerification = boundtoken.ModeTokenReview
+	cfg.Kube.Kubeconfig = caKubeconfig
+	cfg.Kube.Namespace = caNamespace
+	cfg.Kube.PodCertificateSigner = signerName
+	cfg.Kube.DisableRootConfigMap = true
+	cfg.Authn.TokenVerification = boundtoken.ModeTokenReview
 	cfg.Registerer = reg
 	return testkit.CA(t, cfg), reg
 }

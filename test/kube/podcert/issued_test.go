@@ -144,7 +144,14 @@ func TestIssuedEveryKeyType(t *testing.T) {
 			issued++
 		})
 	}
-	if v := testkit.Metric(t, reg, "meshid_ca_pod_certificates_total", "result", "issued", "reason", "Issued"); v != float64(issued) {
+	// The signer counts an answer once the API server took it, so the
+	// last count may lag the status this test read: wait for it, then
+	// hold it to exactly one per issued request.
+	issuedCount := func() float64 {
+		return testkit.Metric(t, reg, "meshid_ca_pod_certificates_total", "result", "issued", "reason", "Issued")
+	}
+	testkit.Until(t, "the signer's count of issued requests", func() bool { return issuedCount() >= float64(issued) })
+	if v := issuedCount(); v != float64(issued) {
 		t.Fatalf("meshid_ca_pod_certificates_total{issued} = %v, want %d", v, issued)
 	}
 }

@@ -2,12 +2,8 @@ package podcert_test
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/meshid/meshid/test/kube/harness"
 )
@@ -28,50 +24,17 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	c, err := harness.Boot(ctx, harness.Config{
-		NodeAuthorization: true,
-		Logger:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer c.Stop()
-	cluster = c
-	if err := setup(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(harness.Main(m, harness.Config{NodeAuthorization: true}, setup))
 }
 
 // setup applies the CA's namespace and RBAC from deploy/ for real
 // (server-side apply), the pod certificate rules included, and makes a
 // kubeconfig of its ServiceAccount.
-func setup(ctx context.Context) error {
-	repo, err := harness.RepoRoot()
-	if err != nil {
+func setup(ctx context.Context, c *harness.Cluster) (err error) {
+	cluster = c
+	if _, err := c.ApplyDeploy(ctx, "namespace/istio-system.yaml", "10-rbac.yaml", "pod-certificates/rbac.yaml"); err != nil {
 		return err
 	}
-	for _, f := range []string{"namespace/istio-system.yaml", "10-rbac.yaml", "pod-certificates/rbac.yaml"} {
-		objs, err := harness.ReadManifests(filepath.Join(repo, "deploy", f))
-		if err != nil {
-			return err
-		}
-		if _, err := cluster.Apply(ctx, objs...); err != nil {
-			return err
-		}
-	}
-	tok, err := cluster.Token(ctx, harness.TokenSpec{Namespace: caNamespace, ServiceAccount: caAccount, Expiration: 2 * time.Hour})
-	if err != nil {
-		return err
-	}
-	caKubeconfig, err = cluster.TokenKubeconfig("meshid-ca", tok)
+	caKubeconfig, err = c.ServiceAccountKubeconfig(ctx, caNamespace, caAccount, "meshid-ca")
 	return err
 }

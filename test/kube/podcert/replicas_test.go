@@ -24,7 +24,7 @@ func TestReplicasSignOnce(t *testing.T) {
 	defer cancel()
 	var regs []*prometheus.Registry
 	for i := range 2 {
-		_, reg := startCA(t, caserver.Config{KubeCASecret: true, PodName: fmt.Sprintf("meshid-replica-%d", i)})
+		_, reg := startCA(t, caserver.Config{KubeCASecret: true, Kube: caserver.KubeConfig{PodName: fmt.Sprintf("meshid-replica-%d", i)}})
 		regs = append(regs, reg)
 	}
 	ns := "pc-replicas"

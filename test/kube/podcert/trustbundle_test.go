@@ -64,7 +64,7 @@ func TestTrustBundleFollowsRotation(t *testing.T) {
 	// notBefore stays within the API server's 5 minutes.
 	clk := clock.NewFake(time.Now().Add(-2 * time.Minute))
 	const maxTTL = 2 * time.Hour
-	srv, _ := startCA(t, caserver.Config{Clock: clk, MaxTTL: maxTTL, DefaultTTL: time.Hour})
+	srv, _ := startCA(t, caserver.Config{Clock: clk, Issuance: caserver.IssuanceConfig{MaxTTL: maxTTL, DefaultTTL: time.Hour}})
 	clk.Add(2 * time.Minute)
 	old := srv.Authority().Bundle().Roots
 	if len(old) != 1 {

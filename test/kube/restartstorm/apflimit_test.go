@@ -84,15 +84,21 @@ func TestPastAPFLimitRetryableThenSigned(t *testing.T) {
 	// --kube-qps, --kube-burst (cmd/meshid/server.go), and
 	// --publish-root-configmap=false.
 	srv := testkit.CA(t, caserver.Config{
-		TrustDomain:          trustDomain,
-		Kubeconfig:           caKubeconfig,
-		TokenVerification:    boundtoken.ModeTokenReview,
-		KubeQPS:              raisedQPS,
-		KubeBurst:            2 * raisedQPS,
-		DisableRootConfigMap: true,
-		MonitoringListen:     "127.0.0.1:0",
-		Registerer:           reg,
-		Logger:               logs.Logger(), // every level, debug included
+		TrustDomain: trustDomain,
+		Kube: caserver.KubeConfig{
+			Kubeconfig:           caKubeconfig,
+			QPS:                  raisedQPS,
+			Burst:                2 * raisedQPS,
+			DisableRootConfigMap: true,
+		},
+		Authn: caserver.AuthnConfig{
+			TokenVerification: boundtoken.ModeTokenReview,
+		},
+		Monitoring: caserver.MonitoringConfig{
+			Listen: "127.0.0.1:0",
+		},
+		Registerer: reg,
+		Logger:     logs.Logger(), // every level, debug included
 	})
 	client := dialCA(t, srv.Addr().String(), srv.Authority().Bundle().Roots)
 

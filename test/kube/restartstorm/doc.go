@@ -2,6 +2,6 @@
 // kube-apiserver (with API Priority and Fairness on, as in a real cluster)
 // the way a cluster restart looks to it: many pods, each presenting a fresh
 // pod-bound token once, authenticated by TokenReview through the CA's own
-// Kubernetes client (ca/kube/client) as the meshid service account of
+// Kubernetes client (ca/kubeclient) as the meshid service account of
 // deploy/, with deploy/'s FlowSchema applied.
 package restartstorm

@@ -3,12 +3,8 @@ package restartstorm_test
 import (
 	"context"
 	"flag"
-	"fmt"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -37,56 +33,23 @@ var saKeyType = flag.String("sa-key-type", harness.KeyRSA2048, "service-account 
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	c, err := harness.Boot(ctx, harness.Config{
+	os.Exit(harness.Main(m, harness.Config{
 		// APF on, as in every real cluster (the harness default turns it
 		// off): the FlowSchema is what classifies the CA's reviews.
 		ExtraArgs:             []string{"--enable-priority-and-fairness=true"},
 		ServiceAccountKeyType: *saKeyType,
-		Logger:                slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer c.Stop()
-	cluster = c
-	if err := setup(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	}, setup))
 }
 
 // setup applies the CA's namespace, RBAC and FlowSchema from deploy/ for
 // real (server-side apply) and makes a kubeconfig for its service account.
-func setup(ctx context.Context) error {
-	repo, err := harness.RepoRoot()
+func setup(ctx context.Context, c *harness.Cluster) (err error) {
+	cluster = c
+	stored, err := c.ApplyDeploy(ctx, "namespace/istio-system.yaml", "10-rbac.yaml", "30-flowcontrol.yaml")
 	if err != nil {
 		return err
 	}
-	for _, f := range []string{"namespace/istio-system.yaml", "10-rbac.yaml", "30-flowcontrol.yaml"} {
-		objs, err := harness.ReadManifests(filepath.Join(repo, "deploy", f))
-		if err != nil {
-			return err
-		}
-		got, err := cluster.Apply(ctx, objs...)
-		if err != nil {
-			return err
-		}
-		if f == "30-flowcontrol.yaml" {
-			flowObjects = got
-		}
-	}
-	tok, err := cluster.Token(ctx, harness.TokenSpec{Namespace: caNamespace, ServiceAccount: caAccount, Expiration: 2 * time.Hour})
-	if err != nil {
-		return err
-	}
-	caKubeconfig, err = cluster.TokenKubeconfig("meshid-ca", tok)
+	flowObjects = stored[2]
+	caKubeconfig, err = c.ServiceAccountKubeconfig(ctx, caNamespace, caAccount, "meshid-ca")
 	return err
 }

@@ -19,8 +19,8 @@ import (
 	securityapi "istio.io/api/security/v1alpha1"
 
 	"github.com/meshid/meshid/ca/authn"
-	kubeclient "github.com/meshid/meshid/ca/kube/client"
-	"github.com/meshid/meshid/ca/server"
+	"github.com/meshid/meshid/ca/certservice"
+	"github.com/meshid/meshid/ca/kubeclient"
 	"github.com/meshid/meshid/certs"
 	"github.com/meshid/meshid/test/kube/harness"
 	"github.com/meshid/meshid/testkit"
@@ -76,7 +76,7 @@ func fleet(tb testing.TB, name string, n int) []request {
 // returns a client of its CreateCertificate API.
 func startCA(tb testing.TB) securityapi.IstioCertificateServiceClient {
 	tb.Helper()
-	clients, err := kubeclient.New(kubeclient.Config{Kubeconfig: caKubeconfig})
+	clients, err := kubeclient.NewClients(kubeclient.Config{Kubeconfig: caKubeconfig})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func startCA(tb testing.TB) securityapi.IstioCertificateServiceClient {
 		tb.Fatal(err)
 	}
 	authority := testkit.NewAuthority(tb, trustDomain, nil, nil)
-	addr, _ := testkit.ServeCA(tb, server.Config{Authority: authority, Authenticator: authn.NewChain(tr), Logger: quiet})
+	addr, _ := testkit.ServeCA(tb, certservice.Config{Authority: authority, Authenticator: authn.NewChain(tr), Logger: quiet})
 	return dialCA(tb, addr, authority.Bundle().Roots)
 }
 

@@ -41,6 +41,9 @@ as integers (YAML numbers are floats, and 1e+06 is no --max-connections). */}}
 {{- $args = append $args (printf "--upstream-credentials=/etc/meshid/upstream/%s" $u.credentialsKey) -}}
 {{- with $u.lifetime }}{{ $args = append $args (printf "--upstream-lifetime=%v" .) }}{{ end -}}
 {{- with $u.renewAt }}{{ $args = append $args (printf "--upstream-renew-at=%v" .) }}{{ end -}}
+{{- /* The elected replica mints; every replica signs with what it keeps in
+the Secret meshid-ca-upstream (one mint per renewal across replicas). */ -}}
+{{- $args = append $args "--kube-ca-secret" -}}
 {{- else -}}
 {{- $args = append $args "--kube-ca-secret" -}}
 {{- end -}}

@@ -122,7 +122,19 @@ func New(cfg Config) (*Client, error) {
 	c.metrics = met
 	// grpc.NewClient does not connect; the channel dials on first use and
 	// reconnects on its own after a CA restart.
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithUserAgent("meshid-agent")}, cfg.DialOptions...)
+	//
+	// Service config from DNS is off. gRPC's DNS resolver otherwise asks for
+	// a TXT record (_grpc_config.<host>) before it hands over any address,
+	// so an agent whose DNS server does not answer waits out the resolver's
+	// timeouts (5 s, twice) before its first CSR even when the CA's name is
+	// in /etc/hosts; and whoever answers that TXT record could change the
+	// connection's load balancing and retries. The agent's connection policy
+	// is this code's, not DNS's. TestNoServiceConfigFromDNS holds it.
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithUserAgent("meshid-agent"),
+		grpc.WithDisableServiceConfig(),
+	}, cfg.DialOptions...)
 	conn, err := grpc.NewClient(cfg.Addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("caclient: %w", err)

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -269,4 +270,70 @@ func TestUpstreamRestartAndNoFallback(t *testing.T) {
 	if _, err := caserver.New(cfg); err == nil || !strings.Contains(err.Error(), "excludes") {
 		t.Fatalf("--upstream with --ca-dir: %v", err)
 	}
+}
+
+// TestUpstreamRootChangeBetweenMints (issue 32, "report upstream root
+// changes"): cfssl's root changes long before the renewal point. At the
+// next root check the CA mints under the new root at once and the rotation
+// prepares it: root-cert.pem holds both roots while the old intermediate
+// still signs, and the new one signs from the activation on. A check that
+// finds the same roots again mints nothing.
+func TestUpstreamRootChangeBetweenMints(t *testing.T) {
+	w := newUpstreamWorld(t)
+	start := w.fake.Now()
+	first := w.s.Authority().Bundle()
+	st, _ := w.s.UpstreamStatus()
+	check := start.Add(upstream.DefaultRootCheck)
+	if !check.Before(st.RenewAt) {
+		t.Fatalf("the root check (%v) is not before the renewal point (%v): the test would prove nothing", check, st.RenewAt)
+	}
+	mints := func() float64 {
+		v, _ := testkit.LookupMetric(t, w.reg, "meshid_ca_upstream_mints_total", "result", "ok")
+		return v
+	}
+	oldRoot := w.up.Root
+	w.up.NewRoot(t)
+	newRoot := w.up.Root
+
+	testkit.Until(t, "the root check's timer", func() bool { return slices.ContainsFunc(w.fake.Deadlines(), check.Equal) })
+	w.fake.Set(check)
+	testkit.Until(t, "the new root's intermediate prepared and saved", func() bool {
+		return w.s.Rotation().Status().Prepared != nil && w.logs.CountContaining("new intermediate minted by the upstream") == 1
+	})
+	if n := mints(); n != 2 {
+		t.Fatalf("%v mints, want 2 (at the start, then at the root change)", n)
+	}
+	if n := testkit.Metric(t, w.reg, "meshid_ca_upstream_root_checks_total", "result", "changed"); n != 1 {
+		t.Fatalf("root checks that found a change: %v, want 1", n)
+	}
+	rs := w.s.Rotation().Status()
+	if rs.Prepared.CheckSignatureFrom(newRoot) != nil {
+		t.Fatal("the prepared intermediate is not signed by the new root")
+	}
+	if !w.s.Authority().Bundle().Cert.Equal(first.Cert) {
+		t.Fatal("the new intermediate signs before its root was published")
+	}
+	testkit.Until(t, "both roots in root-cert.pem", func() bool {
+		got := testkit.ReadCerts(t, filepath.Join(w.dir, "root-cert.pem"))
+		return len(got) == 2 && slices.ContainsFunc(got, oldRoot.Equal) && slices.ContainsFunc(got, newRoot.Equal)
+	})
+
+	next := check.Add(upstream.DefaultRootCheck)
+	testkit.Until(t, "the next root check's timer", func() bool { return slices.ContainsFunc(w.fake.Deadlines(), next.Equal) })
+	w.fake.Set(next)
+	advanceUntil(t, w, time.Second, "the next root check", func() bool {
+		v, _ := testkit.LookupMetric(t, w.reg, "meshid_ca_upstream_root_checks_total", "result", "unchanged")
+		return v >= 1
+	})
+	if n := mints(); n != 2 {
+		t.Fatalf("%v mints after a check that found the same roots, want 2", n)
+	}
+
+	if w.fake.Now().Before(rs.ActivateAt) {
+		testkit.Until(t, "the activation timer", func() bool { return slices.ContainsFunc(w.fake.Deadlines(), rs.ActivateAt.Equal) })
+		w.fake.Set(rs.ActivateAt)
+	}
+	testkit.Until(t, "the activation", func() bool { return w.s.Authority().Bundle().Cert.Equal(rs.Prepared) })
+	w.root = newRoot
+	w.sign(t, "after-root-change")
 }

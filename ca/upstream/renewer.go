@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +38,9 @@ const (
 	// mints (doubled at each failure, with ±20% jitter).
 	DefaultRetryMin = 5 * time.Second
 	DefaultRetryMax = 5 * time.Minute
+	// DefaultRootCheck is how often an upstream that is a RootSource is
+	// asked for its roots between mints.
+	DefaultRootCheck = 10 * time.Minute
 )
 
 // Target takes each new CA: *rotation.Manager, never the authority.
@@ -60,8 +65,13 @@ type RenewerConfig struct {
 	// RenewAt is the fraction of the intermediate's life at which it is
 	// renewed, in (0,1); 0 is DefaultRenewAt.
 	RenewAt float64
-	// MintTimeout bounds one mint; 0 is DefaultMintTimeout.
+	// MintTimeout bounds one mint, and one read of the upstream's roots;
+	// 0 is DefaultMintTimeout.
 	MintTimeout time.Duration
+	// RootCheck is how often the upstream's roots are read between mints
+	// when the upstream is a RootSource; a change mints at once. 0 is
+	// DefaultRootCheck.
+	RootCheck time.Duration
 	// Save keeps an accepted CA (the state directory) so that a restart
 	// does not mint again; nil keeps nothing. An error is logged.
 	Save func(*keystore.Bundle) error
@@ -85,6 +95,12 @@ type Renewer struct {
 	lastError   string
 	retryAt     time.Time // the next attempt while failing
 	mints       *prometheus.CounterVec
+
+	wake       chan struct{}          // a root change: renew now
+	minting    bool                   // renew is under way: a root check waits for its answer
+	fetched    string                 // certsKey of the roots the upstream last reported; "" before
+	mintedFor  string                 // fetched when a mint answered with other roots: not asked again
+	rootChecks *prometheus.CounterVec // by result
 }
 
 // NewRenewer validates cfg and applies its defaults.
@@ -95,7 +111,7 @@ func NewRenewer(cfg RenewerConfig) (*Renewer, error) {
 	if cfg.TrustDomain.IsZero() {
 		return nil, errors.New("upstream: RenewerConfig.TrustDomain is required")
 	}
-	if cfg.Lifetime < 0 || cfg.RenewAt < 0 || cfg.RenewAt >= 1 || cfg.MintTimeout < 0 {
+	if cfg.Lifetime < 0 || cfg.RenewAt < 0 || cfg.RenewAt >= 1 || cfg.MintTimeout < 0 || cfg.RootCheck < 0 {
 		return nil, fmt.Errorf("upstream: lifetime %v must not be negative and the renewal point %v must be within (0,1)", cfg.Lifetime, cfg.RenewAt)
 	}
 	if cfg.Lifetime == 0 {
@@ -106,6 +122,9 @@ func NewRenewer(cfg RenewerConfig) (*Renewer, error) {
 	}
 	if cfg.MintTimeout == 0 {
 		cfg.MintTimeout = DefaultMintTimeout
+	}
+	if cfg.RootCheck == 0 {
+		cfg.RootCheck = DefaultRootCheck
 	}
 	if cfg.KeyType == "" {
 		cfg.KeyType = certs.ECP256
@@ -122,9 +141,14 @@ func NewRenewer(cfg RenewerConfig) (*Renewer, error) {
 			Name: "meshid_ca_upstream_mints_total",
 			Help: "Intermediates asked of the upstream CA, by result (ok, failed, refused).",
 		}, []string{"result"}),
+		wake: make(chan struct{}, 1),
+		rootChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshid_ca_upstream_root_checks_total",
+			Help: "Reads of the upstream CA's roots between mints, by result (unchanged, changed: a mint follows at once, failed).",
+		}, []string{"result"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.mints, r.gauges()} {
+		for _, c := range []prometheus.Collector{r.mints, r.rootChecks, r.gauges()} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("upstream: metrics: %w", err)
 			}
@@ -207,12 +231,82 @@ func (r *Renewer) RenewAt(b *keystore.Bundle, since time.Time) time.Time {
 	return certs.RenewAt(from, b.Cert.NotAfter, r.cfg.RenewAt, 0)
 }
 
-// Run renews the intermediate at its renewal point until ctx ends. A mint
-// that fails or is refused leaves the current intermediate signing and is
-// retried with backoff; Start must have been called.
+// Run renews the intermediate at its renewal point until ctx ends, and at
+// once when the upstream (a RootSource) reports roots other than the newest
+// intermediate's. A mint that fails or is refused leaves the current
+// intermediate signing and is retried with backoff; Start must have been
+// called.
 func (r *Renewer) Run(ctx context.Context) error {
-	clock.Loop(ctx, r.cfg.Clock, r.untilRenewal(), nil, r.step)
+	if rs, ok := r.cfg.Upstream.(RootSource); ok {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			clock.Loop(ctx, r.cfg.Clock, r.cfg.RootCheck, nil, func(ctx context.Context) time.Duration {
+				r.checkRoots(ctx, rs)
+				return r.cfg.RootCheck
+			})
+		}()
+	}
+	clock.Loop(ctx, r.cfg.Clock, r.untilRenewal(), r.wake, r.step)
 	return nil
+}
+
+// checkRoots reads the upstream's roots and wakes Run's renewal when they
+// are not the newest intermediate's.
+func (r *Renewer) checkRoots(ctx context.Context, rs RootSource) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.MintTimeout)
+	defer cancel()
+	roots, err := rs.FetchRoots(ctx)
+	if err != nil {
+		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			r.rootChecks.WithLabelValues("failed").Inc()
+			r.log.Warn("the upstream CA's roots could not be read; the current intermediate keeps signing",
+				logs.KeyError, err, logs.KeyRetryIn, r.cfg.RootCheck)
+		}
+		return
+	}
+	r.mu.Lock()
+	r.fetched = certsKey(roots)
+	changed, cur := r.rootsChangedLocked(), r.current
+	r.mu.Unlock()
+	if !changed {
+		r.rootChecks.WithLabelValues("unchanged").Inc()
+		return
+	}
+	r.rootChecks.WithLabelValues("changed").Inc()
+	r.log.Info("the upstream CA's roots changed: minting a new intermediate now; the rotation publishes both roots before it signs",
+		logs.KeyRoots, len(roots), logs.KeySerial, cur.Cert.SerialNumber.Text(16))
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// rootsChangedLocked reports whether the upstream last reported roots
+// other than the newest intermediate's, that no mint has answered with
+// other roots again (an upstream whose mints keep returning other roots
+// than it reports is not asked again and again: the renewal point
+// still comes), while no mint is under way (its answer comes first).
+func (r *Renewer) rootsChangedLocked() bool {
+	return !r.minting && r.current != nil && r.fetched != "" && r.fetched != certsKey(r.current.Roots) && r.fetched != r.mintedFor
+}
+
+// sameCertSet reports whether a and b hold the same certificates, in any
+// order.
+func sameCertSet(a, b []*x509.Certificate) bool {
+	return certsKey(a) == certsKey(b)
+}
+
+// certsKey is a key of a set of certificates: their DER, sorted.
+func certsKey(cs []*x509.Certificate) string {
+	ders := make([]string, 0, len(cs))
+	for _, c := range cs {
+		ders = append(ders, string(c.Raw))
+	}
+	slices.Sort(ders)
+	ders = slices.Compact(ders)
+	return strings.Join(ders, "\x00")
 }
 
 func (r *Renewer) untilRenewal() time.Duration {
@@ -222,8 +316,16 @@ func (r *Renewer) untilRenewal() time.Duration {
 	return r.RenewAt(b, since).Sub(r.cfg.Clock.Now())
 }
 
-// step renews once, and returns the time to the next attempt.
+// step renews once, when it is due or the upstream's roots changed, and
+// returns the time to the next attempt.
 func (r *Renewer) step(ctx context.Context) time.Duration {
+	now := r.cfg.Clock.Now()
+	r.mu.Lock()
+	due := !now.Before(r.RenewAt(r.current, r.since)) || (r.failures > 0 && !now.Before(r.retryAt)) || r.rootsChangedLocked()
+	r.mu.Unlock()
+	if !due {
+		return r.untilRenewal() // a root change another mint has already answered
+	}
 	if err := r.renew(ctx); err != nil {
 		if ctx.Err() != nil {
 			return time.Hour
@@ -234,6 +336,14 @@ func (r *Renewer) step(ctx context.Context) time.Duration {
 }
 
 func (r *Renewer) renew(ctx context.Context) error {
+	r.mu.Lock()
+	r.minting = true
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.minting = false
+		r.mu.Unlock()
+	}()
 	b, err := r.Mint(ctx)
 	if err != nil {
 		return err
@@ -253,6 +363,9 @@ func (r *Renewer) renew(ctx context.Context) error {
 	now := r.cfg.Clock.Now()
 	r.mu.Lock()
 	r.current, r.since, r.failures, r.lastError = b, now, 0, ""
+	if r.fetched != "" && r.fetched != certsKey(b.Roots) {
+		r.mintedFor = r.fetched
+	}
 	r.mu.Unlock()
 	r.log.Info("new intermediate minted by the upstream and offered to the rotation",
 		logs.KeySubject, b.Cert.Subject.String(), logs.KeySerial, b.Cert.SerialNumber.Text(16),

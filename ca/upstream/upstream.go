@@ -17,11 +17,21 @@ import (
 
 // Authority is an upstream CA: MintX509CA has it sign csr (DER) as an
 // intermediate CA for about ttl (the upstream may choose another lifetime;
-// Check judges it). SPIRE's UpstreamAuthority shape: root changes between
-// mints will be a second, optional interface, so a backend that cannot
-// report them stays this one method.
+// Check judges it). SPIRE's UpstreamAuthority shape; root changes between
+// mints are RootSource, a second, optional interface, so that a backend
+// that cannot report them stays this one method.
 type Authority interface {
 	MintX509CA(ctx context.Context, csr []byte, ttl time.Duration) (*Minted, error)
+}
+
+// RootSource is implemented by an Authority that can say what its roots
+// are without a mint (SPIRE's stream of upstream root updates, as a poll).
+// The Renewer asks every RenewerConfig.RootCheck; when the answer differs
+// from the roots of the newest intermediate, it mints at once, and the
+// rotation publishes the union of old and new roots before anything signed
+// under a new one is served.
+type RootSource interface {
+	FetchRoots(ctx context.Context) ([]*x509.Certificate, error)
 }
 
 // Minted is an upstream's answer.

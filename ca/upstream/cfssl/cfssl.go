@@ -132,6 +132,46 @@ func (c *Client) MintX509CA(ctx context.Context, csr []byte, _ time.Duration) (*
 	if err != nil {
 		return nil, fmt.Errorf("cfssl authsign: %w", err)
 	}
+	roots, between, err := c.issuerRoots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &upstream.Minted{Chain: append(chain[:1], between...), Roots: roots}, nil
+}
+
+// FetchRoots returns the roots MintX509CA would return now (its info
+// endpoint needs no key).
+func (c *Client) FetchRoots(ctx context.Context) ([]*x509.Certificate, error) {
+	roots, _, err := c.issuerRoots(ctx)
+	return roots, err
+}
+
+// issuerRoots splits cfssl's CA certificate for the profile (its info
+// endpoint): the roots are that certificate when it is self-signed, else
+// the roots= file, with cfssl's certificate between it and the new
+// intermediate.
+func (c *Client) issuerRoots(ctx context.Context) (roots, between []*x509.Certificate, err error) {
+	issuer, err := c.issuer(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	roots = c.roots
+	for _, is := range issuer {
+		switch {
+		case !upstream.SelfSigned(is):
+			between = append(between, is)
+		case c.roots == nil:
+			roots = append(roots, is)
+		}
+	}
+	if len(roots) == 0 {
+		return nil, nil, errors.New("cfssl: cfssl's CA certificate is not self-signed: give its roots with the roots= option")
+	}
+	return roots, between, nil
+}
+
+// issuer is cfssl's CA certificate for the profile (its info endpoint).
+func (c *Client) issuer(ctx context.Context) ([]*x509.Certificate, error) {
 	infoReq, _ := json.Marshal(map[string]string{"profile": c.profile})
 	issuerPEM, err := call(ctx, func() ([]byte, error) {
 		r, err := c.remote.Info(infoReq)
@@ -147,20 +187,7 @@ func (c *Client) MintX509CA(ctx context.Context, csr []byte, _ time.Duration) (*
 	if err != nil {
 		return nil, fmt.Errorf("cfssl info: %w", err)
 	}
-	m := &upstream.Minted{Chain: chain[:1], Roots: c.roots}
-	for _, is := range issuer {
-		if upstream.SelfSigned(is) {
-			if c.roots == nil {
-				m.Roots = append(m.Roots, is)
-			}
-			continue
-		}
-		m.Chain = append(m.Chain, is)
-	}
-	if len(m.Roots) == 0 {
-		return nil, errors.New("cfssl: cfssl's CA certificate is not self-signed: give its roots with the roots= option")
-	}
-	return m, nil
+	return issuer, nil
 }
 
 // call runs f, a blocking cfssl client call bounded by its own timeout,

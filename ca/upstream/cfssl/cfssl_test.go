@@ -57,6 +57,12 @@ func TestMintAgainstRealCFSSL(t *testing.T) {
 	if err := upstream.Check(m, pub, time.Now(), 30*time.Minute); err != nil {
 		t.Fatalf("cfssl's CA answer refused: %v", err)
 	}
+	// The roots between mints (upstream.RootSource): the same as a mint's.
+	var src upstream.RootSource = client(t, c, testkit.CFSSLProfileCA, c.KeyFile)
+	roots, err := src.FetchRoots(ctx)
+	if err != nil || len(roots) != 1 || !roots[0].Equal(c.Root) {
+		t.Fatalf("FetchRoots: %d roots (cfssl's: %v), %v", len(roots), len(roots) > 0 && roots[0].Equal(c.Root), err)
+	}
 	if !m.Chain[0].IsCA || !m.Chain[0].MaxPathLenZero {
 		t.Fatalf("not a CA of path length 0: IsCA %v", m.Chain[0].IsCA)
 	}

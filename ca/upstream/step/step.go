@@ -138,7 +138,7 @@ func (c *Client) MintX509CA(ctx context.Context, csr []byte, ttl time.Duration) 
 	if err != nil {
 		return nil, fmt.Errorf("step-ca: CSR: %w", err)
 	}
-	roots, err := c.roots(ctx)
+	roots, err := c.FetchRoots(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +190,9 @@ type signResponse struct {
 	CertChain []string `json:"certChain"`
 }
 
-// roots returns step-ca's roots (/1.0/roots), the trust bundle.
-func (c *Client) roots(ctx context.Context) ([]*x509.Certificate, error) {
+// FetchRoots returns step-ca's roots (/1.0/roots, which needs no token),
+// the trust bundle.
+func (c *Client) FetchRoots(ctx context.Context) ([]*x509.Certificate, error) {
 	var resp struct {
 		Crts []string `json:"crts"`
 	}

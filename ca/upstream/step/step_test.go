@@ -91,6 +91,12 @@ func TestMintAgainstRealStepCA(t *testing.T) {
 	if err := upstream.Check(m, pub, time.Now(), 30*time.Minute); err != nil {
 		t.Fatalf("step-ca's CA answer refused: %v", err)
 	}
+	// The roots between mints (upstream.RootSource): the same as a mint's.
+	var src upstream.RootSource = client(t, s, testkit.StepProvisionerCA, s.KeyFile)
+	roots, err := src.FetchRoots(ctx)
+	if err != nil || len(roots) != 1 || !roots[0].Equal(s.Root) {
+		t.Fatalf("FetchRoots: %d roots (step-ca's: %v), %v", len(roots), len(roots) > 0 && roots[0].Equal(s.Root), err)
+	}
 	c := m.Chain[0]
 	if !c.IsCA || !c.MaxPathLenZero || len(c.PermittedURIDomains) != 1 || c.PermittedURIDomains[0] != "example.org" || len(c.PermittedDNSDomains) != 2 ||
 		c.Subject.CommonName != "meshid intermediate CA" || len(c.URIs) != 1 || c.URIs[0].String() != "spiffe://example.org" {

@@ -116,7 +116,7 @@ func TestJWTFlightsBoundedAndCancelled(t *testing.T) {
 		}()
 		return c
 	}
-	callers := make([]caller, 0, flights+1)
+	callers := make([]caller, 0, flights)
 	for i := range flights {
 		callers = append(callers, call(fmt.Sprint("aud-", i)))
 	}
@@ -133,8 +133,19 @@ func TestJWTFlightsBoundedAndCancelled(t *testing.T) {
 	if n := testkit.Metric(t, f.reg, "meshid_agent_jwt_requests_refused_total"); n != 1 {
 		t.Fatalf("meshid_agent_jwt_requests_refused_total = %v, want 1", n)
 	}
-	// A caller of a set in flight joins it instead of being refused.
-	callers = append(callers, call("aud-0"))
+	// A caller of a set in flight joins it instead of being refused, and
+	// its leaving does not end the flight the first caller still waits
+	// for. It leaves before the others: a joiner whose goroutine ran
+	// only after aud-0's first caller left would start a new flight that
+	// a slot freed later could carry to the CA.
+	joiner := call("aud-0")
+	joiner.cancel()
+	if err := <-joiner.err; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a second caller of aud-0: %v, want to join the flight (context.Canceled once it left)", err)
+	}
+	if n := f.m.JWTRequestsInProgress(); n != flights {
+		t.Fatalf("%d flights after a joiner left, want %d", n, flights)
+	}
 	// The callers of the 24 requests still waiting for a CA slot leave
 	// first, then the others: a slot freed by a cancelled request could
 	// otherwise go to a request whose caller has not left yet.
